@@ -1,0 +1,34 @@
+"""Mark the phases of training and RL jobs as MSTX ranges, on any machine.
+
+>>> from mstx_marks import mark, mstx_range, instant, configure
+>>> configure(backend="record")
+>>> with mark("generate_sequences"):
+...     instant("first_token")
+"""
+
+from .backends.record import RangeRecord, Recorder, default_recorder
+from .names import DEFAULT_DOMAIN, MAX_NAME_BYTES
+from .phases import Phase
+from .ranges import instant, mark, mstx_range
+from .sampling import every, first, window
+from .settings import configure, current_backend, is_active
+
+__all__ = [
+    "DEFAULT_DOMAIN",
+    "MAX_NAME_BYTES",
+    "Phase",
+    "RangeRecord",
+    "Recorder",
+    "configure",
+    "current_backend",
+    "default_recorder",
+    "every",
+    "first",
+    "instant",
+    "is_active",
+    "mark",
+    "mstx_range",
+    "window",
+]
+
+__version__ = "0.1.0"

@@ -1,0 +1,71 @@
+"""The one interface every backend implements, and the bound calls the hot path makes.
+
+A backend turns ``(name, domain)`` into a range in some tool. The hot path never talks to a
+backend object: it calls the three plain callables of an :class:`Emitter`, which a backend builds
+once per stream setting. That lets the MSTX backend hand out C functions directly.
+
+>>> class Printing(Backend):
+...     name = "printing"
+...     def emitter(self, stream):
+...         return Emitter(self, lambda n, d: print("start", n, d) or 1,
+...                        lambda r, d: print("end", r, d), lambda n, d: print("mark", n, d))
+>>> e = Printing().emitter(None)
+>>> e.end(e.start("step", "default"), "default")
+start step default
+end 1 default
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+__all__ = ["Backend", "BackendUnavailable", "Emitter", "EndFn", "MarkFn", "StartFn"]
+
+#: ``start(name, domain)`` returns a range handle; a falsy handle means "not recorded, do not end".
+StartFn = Callable[[str, str], Any]
+#: ``end(handle, domain)`` ends the range; the domain is the one given to ``start``.
+EndFn = Callable[[Any, str], object]
+#: ``mark(name, domain)`` records an instant event.
+MarkFn = Callable[[str, str], object]
+
+
+class BackendUnavailable(RuntimeError):
+    """Raised by a backend's constructor when it cannot work on this machine."""
+
+
+class Emitter:
+    """The three calls for one backend and one stream setting, ready for the hot path."""
+
+    __slots__ = ("backend", "end", "mark", "start")
+
+    def __init__(self, backend: Backend, start: StartFn, end: EndFn, mark: MarkFn) -> None:
+        self.backend = backend
+        self.start = start
+        self.end = end
+        self.mark = mark
+
+
+class Backend:
+    """Base class of all backends. Subclasses set :attr:`name` and implement :meth:`emitter`."""
+
+    name: str = "backend"
+
+    def emitter(self, stream: object) -> Emitter:
+        """Build the calls for ``stream``: ``None`` (host only), ``"current"``, or a stream object.
+
+        Backends without streams ignore ``stream``. A stream the backend cannot use is reported
+        with one warning and the host-only calls are returned instead.
+        """
+        raise NotImplementedError
+
+    def device_present(self) -> bool:
+        """For ``backend="auto"``: whether the device this backend serves is on this machine."""
+        return True
+
+    def degrade(self) -> bool:
+        """Called after one of this backend's calls raised. Return True if the backend switched to
+        a safer way of working and its emitters should be rebuilt, False to be replaced by noop."""
+        return False
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r}>"

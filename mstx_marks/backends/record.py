@@ -1,0 +1,187 @@
+"""An in-process recorder of ranges and instants, for tests, CPU boxes and the exporters.
+
+Records live in fixed-size columns (``array`` chunks of 64 Ki entries: start, end, name key,
+thread), so a range costs 28 bytes whatever its name, and the hot path takes no lock: a range's
+slot comes from an atomic counter and each write is a single item store. Names and domains are
+interned once. When ``capacity`` ranges are held, further ones are dropped and counted.
+
+>>> rec = Recorder(capacity=10)
+>>> rec.range_end(rec.range_start("step", "default"), "default")
+>>> [(r.name, r.domain, r.kind) for r in rec.records()]
+[('step', 'default', 'range')]
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import os
+import threading
+import weakref
+from array import array
+from time import time_ns
+from typing import NamedTuple
+
+from .base import Backend, Emitter
+
+__all__ = ["RangeRecord", "Recorder", "default_recorder"]
+
+_SHIFT = 16
+_CHUNK = 1 << _SHIFT
+_MASK = _CHUNK - 1
+_OPEN = 0  # end column value of a range that has not ended
+_INSTANT = -1  # end column value of an instant event
+_get_tid = threading.get_native_id
+
+
+class RangeRecord(NamedTuple):
+    """One recorded event. ``end_ns`` is None for a range still open and for an instant."""
+
+    name: str
+    domain: str
+    start_ns: int
+    end_ns: int | None
+    thread: int
+    pid: int
+    kind: str  # "range" or "instant"
+
+
+class Recorder(Backend):
+    """Thread-safe, bounded in-memory backend (``backend="record"``).
+
+    >>> rec = Recorder()
+    >>> rec.mark("weights_synced", "verl")
+    >>> rec.records()[0].kind
+    'instant'
+    """
+
+    name = "record"
+
+    def __init__(self, capacity: int = 1_000_000) -> None:
+        if type(capacity) is not int or capacity < 1:
+            raise ValueError(f"capacity must be an int >= 1, got {capacity!r}")
+        self.capacity = capacity
+        self._lock = threading.Lock()
+        self._reset()
+        # A forked worker must not report its parent's ranges as its own.
+        os.register_at_fork(after_in_child=functools.partial(_clear_if_alive, weakref.ref(self)))
+
+    def _reset(self) -> None:
+        self._next = itertools.count()
+        self._starts: list[array[int]] = []
+        self._ends: list[array[int]] = []
+        self._keys: list[array[int]] = []
+        self._tids: list[array[int]] = []
+        # domain -> name -> key; key 0 marks an unwritten slot.
+        self._key_of: dict[str, dict[str, int]] = {}
+        self._names: list[tuple[str, str]] = [("", "")]
+        self._dropped = 0
+        self._pid = os.getpid()
+
+    def clear(self) -> None:
+        """Forget everything recorded so far."""
+        with self._lock:
+            self._reset()
+
+    @property
+    def dropped(self) -> int:
+        """How many ranges and instants were not recorded because the recorder was full."""
+        return self._dropped
+
+    def _key(self, name: str, domain: str) -> int:
+        names = self._key_of.get(domain)
+        if names is not None:
+            key = names.get(name)
+            if key is not None:
+                return key
+        with self._lock:
+            names = self._key_of.setdefault(domain, {})
+            key = names.get(name)
+            if key is None:
+                key = names[name] = len(self._names)
+                self._names.append((name, domain))
+            return key
+
+    def _grow(self, chunk: int) -> None:
+        with self._lock:
+            while len(self._starts) <= chunk:
+                zeros = bytes(8 * _CHUNK)
+                self._starts.append(array("q", zeros))
+                self._ends.append(array("q", zeros))
+                self._keys.append(array("I", bytes(4 * _CHUNK)))
+                self._tids.append(array("q", zeros))
+
+    def _slot(self, name: str, domain: str, end: int) -> int:
+        i = next(self._next)
+        if i >= self.capacity:
+            with self._lock:
+                self._dropped += 1
+            return 0
+        chunk = i >> _SHIFT
+        if chunk >= len(self._starts):
+            self._grow(chunk)
+        off = i & _MASK
+        self._tids[chunk][off] = _get_tid()
+        self._ends[chunk][off] = end
+        self._starts[chunk][off] = time_ns()
+        self._keys[chunk][off] = self._key(name, domain)
+        return i + 1
+
+    def range_start(self, name: str, domain: str) -> int:
+        """Open a range; the returned id (>= 1, or 0 when full) goes to :meth:`range_end`."""
+        return self._slot(name, domain, _OPEN)
+
+    def range_end(self, range_id: int, domain: str) -> None:
+        """Close a range opened by :meth:`range_start`, from any thread."""
+        if range_id > 0:
+            i = range_id - 1
+            self._ends[i >> _SHIFT][i & _MASK] = time_ns()
+
+    def mark(self, name: str, domain: str) -> None:
+        """Record an instant event."""
+        self._slot(name, domain, _INSTANT)
+
+    def emitter(self, stream: object) -> Emitter:
+        return Emitter(self, self.range_start, self.range_end, self.mark)
+
+    def __len__(self) -> int:
+        return sum(1 for keys in self._keys for k in keys if k)
+
+    def records(self) -> list[RangeRecord]:
+        """Everything recorded, in the order the events started."""
+        out = []
+        names, pid = self._names, self._pid
+        for starts, ends, keys, tids in zip(self._starts, self._ends, self._keys, self._tids):
+            for start, end, key, tid in zip(starts, ends, keys, tids):
+                if not key:
+                    continue
+                name, domain = names[key]
+                if end == _INSTANT:
+                    out.append(RangeRecord(name, domain, start, None, tid, pid, "instant"))
+                else:
+                    out.append(RangeRecord(name, domain, start, end or None, tid, pid, "range"))
+        return out
+
+
+def _clear_if_alive(ref: weakref.ref[Recorder]) -> None:
+    recorder = ref()
+    if recorder is not None:
+        recorder.clear()
+
+
+_default: Recorder | None = None
+_default_lock = threading.Lock()
+
+
+def default_recorder() -> Recorder:
+    """The process-wide recorder that ``backend="record"`` uses.
+
+    Its capacity comes from ``MSTX_MARKS_RECORD_CAPACITY`` (default one million events).
+    """
+    global _default
+    if _default is None:
+        with _default_lock:
+            if _default is None:
+                raw = os.environ.get("MSTX_MARKS_RECORD_CAPACITY", "")
+                _default = Recorder(int(raw) if raw.isdigit() and int(raw) > 0 else 1_000_000)
+    return _default

@@ -1,0 +1,101 @@
+"""The rules every range name and domain name must satisfy.
+
+MSTX itself only rejects empty or non-``str`` messages, but the CANN tools that read the data
+document stricter limits: a message of at most 156 UTF-8 bytes for the Ascend PyTorch profiler and
+msprof, and domain names made of letters, digits and ``_``. Checking them here, once, when a range
+is defined, keeps every later call free of checks.
+
+>>> check_name("update_actor")
+'update_actor'
+>>> check_domain("verl")
+'verl'
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+
+__all__ = [
+    "DEFAULT_DOMAIN",
+    "MAX_NAME_BYTES",
+    "check_domain",
+    "check_name",
+    "fit_name",
+]
+
+DEFAULT_DOMAIN = "default"
+MAX_NAME_BYTES = 156
+
+# A str of at most this many characters cannot exceed MAX_NAME_BYTES (UTF-8 uses <= 4 bytes a
+# character), so the common short name skips the encode.
+_SAFE_CHARS = MAX_NAME_BYTES // 4
+_DOMAIN_RE = re.compile(r"[A-Za-z0-9_]+\Z")
+_truncation_warned = False
+
+
+def _check_type(name: object, what: str) -> str:
+    if type(name) is not str and not isinstance(name, str):
+        raise TypeError(f"{what} must be a str, got {type(name).__name__} {name!r}")
+    if not name:
+        raise ValueError(f"{what} must be a non-empty str, got {name!r}")
+    return name
+
+
+def _utf8_len(name: str) -> int:
+    return len(name) if len(name) <= _SAFE_CHARS else len(name.encode("utf-8", "surrogatepass"))
+
+
+def check_name(name: object, what: str = "range name") -> str:
+    """Return ``name`` if it is a valid MSTX message, else raise naming the value and the rule.
+
+    >>> check_name("é" * 80)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: range name 'ééé...'... is 160 UTF-8 bytes; MSTX allows at most 156
+    """
+    name = _check_type(name, what)
+    size = _utf8_len(name)
+    if size > MAX_NAME_BYTES:
+        raise ValueError(
+            f"{what} {name[:_SAFE_CHARS]!r}... is {size} UTF-8 bytes; "
+            f"MSTX allows at most {MAX_NAME_BYTES}"
+        )
+    return name
+
+
+def fit_name(name: object, what: str = "range name") -> str:
+    """Like :func:`check_name`, but cut an over-long name to the limit with one warning.
+
+    For names built at run time (``mark(f"micro_batch{i}")``), where an error would break the
+    workload being observed. Empty and non-``str`` names are still refused.
+
+    >>> len(fit_name("é" * 100).encode())
+    156
+    """
+    name = _check_type(name, what)
+    if _utf8_len(name) <= MAX_NAME_BYTES:
+        return name
+    global _truncation_warned
+    if not _truncation_warned:
+        _truncation_warned = True
+        warnings.warn(
+            f"{what} {name[:_SAFE_CHARS]!r}... is longer than MSTX's {MAX_NAME_BYTES} UTF-8 bytes;"
+            " it is truncated (warned once)",
+            stacklevel=3,
+        )
+    return name.encode("utf-8", "surrogatepass")[:MAX_NAME_BYTES].decode("utf-8", "ignore")
+
+
+def check_domain(domain: object) -> str:
+    """Return ``domain`` if it is a valid MSTX domain name (letters, digits, ``_``), else raise.
+
+    >>> check_domain("vllm-one-step")
+    Traceback (most recent call last):
+    ...
+    ValueError: domain 'vllm-one-step' must be ASCII letters, digits and '_' only
+    """
+    domain = _check_type(domain, "domain")
+    if not _DOMAIN_RE.match(domain):
+        raise ValueError(f"domain {domain!r} must be ASCII letters, digits and '_' only")
+    return domain

@@ -1,0 +1,341 @@
+"""The user API: ``mark`` (context manager and decorator), ``mstx_range`` and ``instant``.
+
+>>> from mstx_marks import configure, mark, mstx_range
+>>> configure(backend="record")
+>>> @mstx_range("update_actor", domain="verl")
+... def update(batch):
+...     return batch * 2
+>>> with mark("step"):
+...     update(21)
+42
+
+Every range carries its own id from start to end: no push/pop stack, no contextvars. So ranges
+nest and interleave freely across threads, asyncio tasks and generators, and one ``mark`` object
+may be entered many times at once.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import sys
+import threading
+from collections.abc import AsyncGenerator, Generator
+from typing import Any, Callable, TypeVar, Union, overload
+
+from .backends.base import Emitter
+from .names import check_name, fit_name
+from .phases import Phase
+from .sampling import Decisions, Policy
+from .settings import Gate, fault, gate, host_gates
+
+__all__ = ["instant", "mark", "mstx_range"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+Name = Union[str, Phase]
+
+# Names of at most this many characters are valid whatever they contain (<= 156 UTF-8 bytes).
+_SHORT = 39
+_overflow_lock = threading.Lock()
+
+
+def _site_name(name: object, domain: str | None) -> tuple[str, str | None]:
+    """Name and domain of a range given by a str or a Phase (whose domain an explicit one beats)."""
+    if isinstance(name, Phase):
+        return name.name, name.domain if domain is None else domain
+    return fit_name(name), domain
+
+
+def _gate(domain: str | None, stream: object) -> Gate:
+    found = host_gates.get(domain) if stream is None else None
+    return gate(domain, stream) if found is None else found
+
+
+# --- the shared begin/end of a range, for the function kinds that are not on the hot path -------
+
+
+def _begin(decide: Decisions | None, gate: Gate, name: str, domain: str) -> tuple[Any, Any]:
+    if (decide is not None and not next(decide)) or (em := gate.live) is None:
+        return None, 0
+    try:
+        return em, em.start(name, domain)
+    except Exception as exc:
+        return em, fault(em, exc)
+
+
+def _end(em: Emitter | None, handle: Any, domain: str) -> None:
+    if handle:
+        try:
+            em.end(handle, domain)  # type: ignore[union-attr]
+        except Exception as exc:
+            fault(em, exc)  # type: ignore[arg-type]
+
+
+def _wrap(func: Callable[..., Any], site: mark) -> Callable[..., Any]:
+    """Wrap a function of any kind so that each call (or each run of its body) is one range."""
+    name, domain, gate = site.name, site.domain, site._gate
+    decide = None if site._sample is None else site._sample.decisions()
+
+    if inspect.isasyncgenfunction(func):
+
+        @functools.wraps(func)
+        async def agen_wrapper(*args: Any, **kwargs: Any) -> AsyncGenerator[Any, Any]:
+            agen = func(*args, **kwargs)
+            em, handle = _begin(decide, gate, name, domain)
+            try:
+                step = agen.__anext__()
+                while True:
+                    try:
+                        item = await step
+                    except StopAsyncIteration:
+                        return
+                    try:
+                        sent = yield item
+                    except GeneratorExit:
+                        await agen.aclose()
+                        raise
+                    except BaseException as exc:
+                        step = agen.athrow(exc)
+                    else:
+                        step = agen.asend(sent)
+            finally:
+                _end(em, handle, domain)
+
+        return agen_wrapper
+
+    if inspect.isgeneratorfunction(func):
+
+        @functools.wraps(func)
+        def gen_wrapper(*args: Any, **kwargs: Any) -> Generator[Any, Any, Any]:
+            em, handle = _begin(decide, gate, name, domain)
+            try:
+                return (yield from func(*args, **kwargs))
+            finally:
+                _end(em, handle, domain)
+
+        return gen_wrapper
+
+    if inspect.iscoroutinefunction(func):
+
+        @functools.wraps(func)
+        async def coro_wrapper(*args: Any, **kwargs: Any) -> Any:
+            em, handle = _begin(decide, gate, name, domain)
+            try:
+                return await func(*args, **kwargs)
+            finally:
+                _end(em, handle, domain)
+
+        return coro_wrapper
+
+    # The plain-function wrapper is the hot path: _begin/_end are inlined here because two more
+    # Python calls per call would cost about half again the whole wrapper (benchmarks/overhead.py).
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if (decide is not None and not next(decide)) or (em := gate.live) is None:
+            return func(*args, **kwargs)
+        try:
+            handle = em.start(name, domain)
+        except Exception as exc:
+            handle = fault(em, exc)
+        try:
+            return func(*args, **kwargs)
+        finally:
+            if handle:
+                try:
+                    em.end(handle, domain)
+                except Exception as exc:
+                    fault(em, exc)
+
+    return wrapper
+
+
+def _wrap_target(target: F, site: mark) -> F:
+    """Wrap a function, or the function inside a staticmethod/classmethod, keeping its kind."""
+    if isinstance(target, (staticmethod, classmethod)):
+        return type(target)(_wrap(target.__func__, site))  # type: ignore[return-value,unused-ignore]
+    if not callable(target):
+        raise TypeError(f"mstx_range/mark can decorate a function or method, not {target!r}")
+    return _wrap(target, site)  # type: ignore[return-value]
+
+
+def _target_name(target: Any) -> str:
+    func = getattr(target, "__func__", target)
+    return getattr(func, "__qualname__", None) or getattr(func, "__name__", None) or repr(func)
+
+
+class mark:
+    """A range around a ``with`` block, or around every call of a decorated function.
+
+    ``name`` is a str or a :class:`~mstx_marks.phases.Phase`; ``domain=None`` is MSTX's
+    ``"default"``; ``stream`` is None (host only), ``"current"`` (the current NPU stream at each
+    start) or a stream object; ``sample`` a :mod:`~mstx_marks.sampling` policy. One object may be
+    reused, nested in itself and entered from many threads and tasks at once: each entry is its
+    own range. Over-long names built at run time are truncated with one warning.
+
+    >>> from mstx_marks import configure, phases
+    >>> configure(backend="record")
+    >>> with mark("generate_sequences", domain="verl"):
+    ...     pass
+    >>> @mark(phases.Phase("compute_log_prob"))
+    ... def logp(x):
+    ...     return x
+    """
+
+    __slots__ = ("_decide", "_em", "_gate", "_more", "_rid", "_sample", "domain", "name")
+
+    def __init__(
+        self,
+        name: Name,
+        *,
+        domain: str | None = None,
+        stream: object = None,
+        sample: Policy | None = None,
+    ) -> None:
+        if type(name) is not str or not 0 < len(name) <= _SHORT:
+            name, domain = _site_name(name, domain)
+        g = host_gates.get(domain) if stream is None else None
+        if g is None:
+            g = gate(domain, stream)
+        self.name = name
+        self.domain = g.domain
+        self._gate = g
+        self._rid: Any = None  # None: no entry holds the fast slot
+        self._more: dict[int, list[tuple[Any, Any]]] | None = None
+        self._sample = sample
+        self._decide: Decisions | None = None
+        if sample is not None:
+            if not isinstance(sample, Policy):
+                raise TypeError(
+                    f"sample must be a sampling policy (every, first...), got {sample!r}"
+                )
+            self._decide = sample.decisions()
+
+    def __enter__(self) -> mark:
+        decide = self._decide
+        if (decide is not None and not next(decide)) or (em := self._gate.live) is None:
+            em, handle = None, 0
+        else:
+            try:
+                handle = em.start(self.name, self.domain)
+            except Exception as exc:
+                handle = fault(em, exc)
+        # The first entry keeps its range in a slot. Re-entries (nested, other threads, tasks,
+        # generators) are keyed by the frame running the `with`, which is the same frame at exit.
+        if self._rid is None and not self._more:
+            self._rid, self._em = handle, em
+        else:
+            self._overflow().setdefault(id(sys._getframe(1)), []).append((handle, em))
+        return self
+
+    def _overflow(self) -> dict[int, list[tuple[Any, Any]]]:
+        with _overflow_lock:
+            if self._more is None:
+                self._more = {}
+            return self._more
+
+    def __exit__(self, *exc_info: object) -> None:
+        more = self._more
+        key = id(sys._getframe(1)) if more else 0
+        entries = more.get(key) if more else None
+        if entries:
+            handle, em = entries.pop()
+            if not entries:
+                del more[key]  # type: ignore[union-attr]
+        else:
+            handle = self._rid
+            self._rid = None
+            em = self._em if handle else None
+        if handle:
+            try:
+                em.end(handle, self.domain)
+            except Exception as exc:
+                fault(em, exc)
+
+    def __call__(self, func: F) -> F:
+        return _wrap_target(func, self)
+
+    def __reduce__(self) -> tuple[Callable[..., mark], tuple[Any, ...]]:
+        return (_rebuild, (self.name, self.domain, self._gate.stream, self._sample))
+
+    def __repr__(self) -> str:
+        return f"mark({self.name!r}, domain={self.domain!r})"
+
+
+def _rebuild(name: str, domain: str, stream: object, sample: Policy | None) -> mark:
+    return mark(name, domain=domain, stream=stream, sample=sample)
+
+
+@overload
+def mstx_range(name: F, /) -> F: ...
+
+
+@overload
+def mstx_range(
+    name: Name | None = None,
+    /,
+    *,
+    domain: str | None = None,
+    stream: object = None,
+    sample: Policy | None = None,
+) -> Callable[[F], F]: ...
+
+
+def mstx_range(
+    name: Any = None,
+    /,
+    *,
+    domain: str | None = None,
+    stream: object = None,
+    sample: Policy | None = None,
+) -> Any:
+    """Decorate a function so that each call is a range; bare, the name is its ``__qualname__``.
+
+    Works for plain functions, methods, static and class methods (above or below the
+    ``@staticmethod``/``@classmethod`` line), coroutine functions (the range spans the awaited
+    body) and generator and async generator functions (from first resume to the end). The
+    function keeps its metadata, its ``inspect`` kind, and stays picklable.
+
+    >>> from mstx_marks import configure
+    >>> configure(backend="record")
+    >>> @mstx_range
+    ... def rollout():
+    ...     return "done"
+    >>> @mstx_range("update_actor", domain="verl", stream="current")
+    ... async def update():
+    ...     return "updated"
+    >>> rollout()
+    'done'
+    """
+    if (
+        name is None
+        or (callable(name) and not isinstance(name, Phase))
+        or isinstance(name, (staticmethod, classmethod))
+    ):
+        target = name
+
+        def by_qualname(func: Any) -> Any:
+            site = mark(fit_name(_target_name(func)), domain=domain, stream=stream, sample=sample)
+            return _wrap_target(func, site)
+
+        return by_qualname if target is None else by_qualname(target)
+    if not isinstance(name, Phase):
+        check_name(name)
+    return mark(name, domain=domain, stream=stream, sample=sample)
+
+
+def instant(name: Name, *, domain: str | None = None, stream: object = None) -> None:
+    """Record an instant event (MSTX ``mark``).
+
+    >>> from mstx_marks import configure
+    >>> configure(backend="record")
+    >>> instant("weights_synced", domain="verl")
+    """
+    if type(name) is not str or not 0 < len(name) <= _SHORT:
+        name, domain = _site_name(name, domain)
+    g = _gate(domain, stream)
+    em = g.live
+    if em is not None:
+        try:
+            em.mark(name, g.domain)
+        except Exception as exc:
+            fault(em, exc)

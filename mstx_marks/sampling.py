@@ -1,0 +1,125 @@
+"""Sampling policies: which calls of a hot target get a range.
+
+A decode loop that runs thousands of steps should not produce thousands of ranges. A policy says
+which calls of one decorated or instrumented target are marked, by their 0-based call index:
+
+>>> every(10).indices(25)
+[0, 10, 20]
+>>> window(30, 70).indices(200) == list(range(30, 70))
+True
+>>> (every(2) & window(3, 9)).indices(20)
+[4, 6, 8]
+
+Each target gets its own :meth:`Policy.decisions` stream, an iterator of booleans built only from
+``itertools`` pieces, so the per-call decision is one C-level ``next()``: a sampled-out call costs
+about what a disabled range costs, and concurrent threads never see the same index twice.
+"""
+
+from __future__ import annotations
+
+import itertools
+import operator
+from typing import Callable, Iterator
+
+__all__ = ["Decisions", "Policy", "every", "first", "window"]
+
+
+class Decisions(itertools.chain):  # type: ignore[type-arg]
+    """One target's stream of keep/skip booleans; pickles as a fresh stream of its policy."""
+
+    policy: Policy
+
+    def __reduce__(self) -> tuple[Callable[[], Decisions], tuple[()]]:
+        return (self.policy.decisions, ())
+
+
+class Policy:
+    """A set of call indices, described lazily. Combine with ``&`` (both) and ``|`` (either)."""
+
+    __slots__ = ("_make", "_text")
+
+    def __init__(self, make: Callable[[], Iterator[bool]], text: str) -> None:
+        self._make = make
+        self._text = text
+
+    def decisions(self) -> Decisions:
+        """A fresh per-target stream: the i-th ``next()`` says whether call i is marked."""
+        stream = Decisions(self._make())
+        stream.policy = self
+        return stream
+
+    def indices(self, calls: int) -> list[int]:
+        """The indices among the first ``calls`` calls that this policy marks."""
+        return [i for i, keep in zip(range(calls), self._make()) if keep]
+
+    def __and__(self, other: Policy) -> Policy:
+        return _combine(operator.and_, self, other, "&")
+
+    def __or__(self, other: Policy) -> Policy:
+        return _combine(operator.or_, self, other, "|")
+
+    def __repr__(self) -> str:
+        return self._text
+
+
+def _combine(op: Callable[[bool, bool], bool], a: Policy, b: Policy, sym: str) -> Policy:
+    if not isinstance(b, Policy):
+        raise TypeError(f"cannot combine a sampling policy with {b!r}")
+    return Policy(lambda: map(op, a._make(), b._make()), f"({a!r} {sym} {b!r})")
+
+
+def _count(value: object, what: str, least: int) -> int:
+    if type(value) is not int:
+        raise TypeError(f"{what} must be an int, got {type(value).__name__} {value!r}")
+    if value < least:
+        raise ValueError(f"{what} must be >= {least}, got {value}")
+    return value
+
+
+def every(n: int) -> Policy:
+    """Mark calls 0, n, 2n, ...
+
+    >>> every(0)
+    Traceback (most recent call last):
+    ...
+    ValueError: every(n): n must be >= 1, got 0
+    """
+    n = _count(n, "every(n): n", 1)
+    pattern = (True,) + (False,) * (n - 1)
+    return Policy(lambda: itertools.cycle(pattern), f"every({n})")
+
+
+def first(k: int) -> Policy:
+    """Mark the first ``k`` calls only.
+
+    >>> first(2).indices(5)
+    [0, 1]
+    """
+    k = _count(k, "first(k): k", 0)
+    return Policy(
+        lambda: itertools.chain(itertools.repeat(True, k), itertools.repeat(False)), f"first({k})"
+    )
+
+
+def window(start: int, stop: int) -> Policy:
+    """Mark calls ``start <= i < stop`` (the meaning of verl's profile_token_start/end).
+
+    >>> window(5, 5)
+    Traceback (most recent call last):
+    ...
+    ValueError: window(start, stop): stop must be > start, got start=5, stop=5
+    """
+    start = _count(start, "window(start, stop): start", 0)
+    stop = _count(stop, "window(start, stop): stop", 0)
+    if stop <= start:
+        raise ValueError(
+            f"window(start, stop): stop must be > start, got start={start}, stop={stop}"
+        )
+    return Policy(
+        lambda: itertools.chain(
+            itertools.repeat(False, start),
+            itertools.repeat(True, stop - start),
+            itertools.repeat(False),
+        ),
+        f"window({start}, {stop})",
+    )
