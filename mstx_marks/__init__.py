@@ -9,13 +9,14 @@
 from .backends.record import RangeRecord, Recorder, default_recorder
 from .names import DEFAULT_DOMAIN, MAX_NAME_BYTES
 from .phases import Phase
-from .ranges import instant, mark, mstx_range
+from .ranges import Mark, instant, mark, mstx_range
 from .sampling import every, first, window
 from .settings import configure, current_backend, is_active
 
 __all__ = [
     "DEFAULT_DOMAIN",
     "MAX_NAME_BYTES",
+    "Mark",
     "Phase",
     "RangeRecord",
     "Recorder",

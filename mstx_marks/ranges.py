@@ -16,6 +16,7 @@ may be entered many times at once.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import sys
@@ -23,13 +24,13 @@ import threading
 from collections.abc import AsyncGenerator, Generator
 from typing import Any, Callable, TypeVar, Union, overload
 
-from .backends.base import Emitter
+from .backends.base import EndFn
 from .names import check_name, fit_name
 from .phases import Phase
 from .sampling import Decisions, Policy
 from .settings import Gate, fault, gate, host_gates
 
-__all__ = ["instant", "mark", "mstx_range"]
+__all__ = ["Mark", "instant", "mark", "mstx_range"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 Name = Union[str, Phase]
@@ -55,23 +56,25 @@ def _gate(domain: str | None, stream: object) -> Gate:
 
 
 def _begin(decide: Decisions | None, gate: Gate, name: str, domain: str) -> tuple[Any, Any]:
-    if (decide is not None and not next(decide)) or (em := gate.live) is None:
+    """Start a range: returns the ``end`` call to make and the handle to give it."""
+    if (decide is not None and not next(decide)) or (start := gate.start) is None:
         return None, 0
+    end = gate.end
     try:
-        return em, em.start(name, domain)
+        return end, start(name, domain)
     except Exception as exc:
-        return em, fault(em, exc)
+        return end, fault(start, exc)
 
 
-def _end(em: Emitter | None, handle: Any, domain: str) -> None:
+def _end(end: EndFn, handle: Any, domain: str) -> None:
     if handle:
         try:
-            em.end(handle, domain)  # type: ignore[union-attr]
+            end(handle, domain)
         except Exception as exc:
-            fault(em, exc)  # type: ignore[arg-type]
+            fault(end, exc)
 
 
-def _wrap(func: Callable[..., Any], site: mark) -> Callable[..., Any]:
+def _wrap(func: Callable[..., Any], site: Mark) -> Callable[..., Any]:
     """Wrap a function of any kind so that each call (or each run of its body) is one range."""
     name, domain, gate = site.name, site.domain, site._gate
     decide = None if site._sample is None else site._sample.decisions()
@@ -81,7 +84,7 @@ def _wrap(func: Callable[..., Any], site: mark) -> Callable[..., Any]:
         @functools.wraps(func)
         async def agen_wrapper(*args: Any, **kwargs: Any) -> AsyncGenerator[Any, Any]:
             agen = func(*args, **kwargs)
-            em, handle = _begin(decide, gate, name, domain)
+            end, handle = _begin(decide, gate, name, domain)
             try:
                 step = agen.__anext__()
                 while True:
@@ -99,7 +102,7 @@ def _wrap(func: Callable[..., Any], site: mark) -> Callable[..., Any]:
                     else:
                         step = agen.asend(sent)
             finally:
-                _end(em, handle, domain)
+                _end(end, handle, domain)
 
         return agen_wrapper
 
@@ -107,11 +110,11 @@ def _wrap(func: Callable[..., Any], site: mark) -> Callable[..., Any]:
 
         @functools.wraps(func)
         def gen_wrapper(*args: Any, **kwargs: Any) -> Generator[Any, Any, Any]:
-            em, handle = _begin(decide, gate, name, domain)
+            end, handle = _begin(decide, gate, name, domain)
             try:
                 return (yield from func(*args, **kwargs))
             finally:
-                _end(em, handle, domain)
+                _end(end, handle, domain)
 
         return gen_wrapper
 
@@ -119,11 +122,11 @@ def _wrap(func: Callable[..., Any], site: mark) -> Callable[..., Any]:
 
         @functools.wraps(func)
         async def coro_wrapper(*args: Any, **kwargs: Any) -> Any:
-            em, handle = _begin(decide, gate, name, domain)
+            end, handle = _begin(decide, gate, name, domain)
             try:
                 return await func(*args, **kwargs)
             finally:
-                _end(em, handle, domain)
+                _end(end, handle, domain)
 
         return coro_wrapper
 
@@ -131,25 +134,26 @@ def _wrap(func: Callable[..., Any], site: mark) -> Callable[..., Any]:
     # Python calls per call would cost about half again the whole wrapper (benchmarks/overhead.py).
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        if (decide is not None and not next(decide)) or (em := gate.live) is None:
+        if (decide is not None and not next(decide)) or (start := gate.start) is None:
             return func(*args, **kwargs)
+        end = gate.end
         try:
-            handle = em.start(name, domain)
+            handle = start(name, domain)
         except Exception as exc:
-            handle = fault(em, exc)
+            handle = fault(start, exc)
         try:
             return func(*args, **kwargs)
         finally:
             if handle:
                 try:
-                    em.end(handle, domain)
+                    end(handle, domain)
                 except Exception as exc:
-                    fault(em, exc)
+                    fault(end, exc)
 
     return wrapper
 
 
-def _wrap_target(target: F, site: mark) -> F:
+def _wrap_target(target: F, site: Mark) -> F:
     """Wrap a function, or the function inside a staticmethod/classmethod, keeping its kind."""
     if isinstance(target, (staticmethod, classmethod)):
         return type(target)(_wrap(target.__func__, site))  # type: ignore[return-value,unused-ignore]
@@ -163,25 +167,36 @@ def _target_name(target: Any) -> str:
     return getattr(func, "__qualname__", None) or getattr(func, "__name__", None) or repr(func)
 
 
-class mark:
-    """A range around a ``with`` block, or around every call of a decorated function.
+_CONTEXTLIB = contextlib.__file__
 
-    ``name`` is a str or a :class:`~mstx_marks.phases.Phase`; ``domain=None`` is MSTX's
-    ``"default"``; ``stream`` is None (host only), ``"current"`` (the current NPU stream at each
-    start) or a stream object; ``sample`` a :mod:`~mstx_marks.sampling` policy. One object may be
-    reused, nested in itself and entered from many threads and tasks at once: each entry is its
-    own range. Over-long names built at run time are truncated with one warning.
 
-    >>> from mstx_marks import configure, phases
+def _entry_key() -> int:
+    """The frame running the ``with`` that calls ``mark.__enter__``/``__exit__`` (via its caller).
+
+    ``contextlib`` frames are skipped: ``ExitStack.enter_context`` and ``ExitStack.__exit__``
+    call the two from different frames of their own, both run from the user's ``with``.
+    """
+    frame = sys._getframe(2)
+    while frame.f_code.co_filename == _CONTEXTLIB and frame.f_back is not None:
+        frame = frame.f_back
+    return id(frame)
+
+
+class Mark:
+    """A range definition: a context manager whose every entry is one range, and a decorator.
+
+    Built by :func:`mark` and :func:`mstx_range`. One object may be reused, nested in itself and
+    entered from many threads and tasks at once: each entry is its own range.
+
+    >>> from mstx_marks import configure
     >>> configure(backend="record")
-    >>> with mark("generate_sequences", domain="verl"):
-    ...     pass
-    >>> @mark(phases.Phase("compute_log_prob"))
-    ... def logp(x):
-    ...     return x
+    >>> step = Mark("step")
+    >>> with step:
+    ...     with step:
+    ...         pass
     """
 
-    __slots__ = ("_decide", "_em", "_gate", "_more", "_rid", "_sample", "domain", "name")
+    __slots__ = ("_decide", "_end", "_gate", "_more", "_rid", "_sample", "domain", "name")
 
     def __init__(
         self,
@@ -210,21 +225,22 @@ class mark:
                 )
             self._decide = sample.decisions()
 
-    def __enter__(self) -> mark:
+    def __enter__(self) -> Mark:
         decide = self._decide
-        if (decide is not None and not next(decide)) or (em := self._gate.live) is None:
-            em, handle = None, 0
+        if (decide is not None and not next(decide)) or (start := self._gate.start) is None:
+            end, handle = None, 0
         else:
+            end = self._gate.end
             try:
-                handle = em.start(self.name, self.domain)
+                handle = start(self.name, self.domain)
             except Exception as exc:
-                handle = fault(em, exc)
+                handle = fault(start, exc)
         # The first entry keeps its range in a slot. Re-entries (nested, other threads, tasks,
         # generators) are keyed by the frame running the `with`, which is the same frame at exit.
         if self._rid is None and not self._more:
-            self._rid, self._em = handle, em
+            self._rid, self._end = handle, end
         else:
-            self._overflow().setdefault(id(sys._getframe(1)), []).append((handle, em))
+            self._overflow().setdefault(_entry_key(), []).append((handle, end))
         return self
 
     def _overflow(self) -> dict[int, list[tuple[Any, Any]]]:
@@ -235,34 +251,76 @@ class mark:
 
     def __exit__(self, *exc_info: object) -> None:
         more = self._more
-        key = id(sys._getframe(1)) if more else 0
+        key = _entry_key() if more else 0
         entries = more.get(key) if more else None
         if entries:
-            handle, em = entries.pop()
+            handle, end = entries.pop()
             if not entries:
                 del more[key]  # type: ignore[union-attr]
         else:
             handle = self._rid
             self._rid = None
-            em = self._em if handle else None
+            end = self._end if handle else None
         if handle:
             try:
-                em.end(handle, self.domain)
+                end(handle, self.domain)
             except Exception as exc:
-                fault(em, exc)
+                fault(end, exc)
 
     def __call__(self, func: F) -> F:
         return _wrap_target(func, self)
 
-    def __reduce__(self) -> tuple[Callable[..., mark], tuple[Any, ...]]:
+    def __reduce__(self) -> tuple[Callable[..., Mark], tuple[Any, ...]]:
         return (_rebuild, (self.name, self.domain, self._gate.stream, self._sample))
 
     def __repr__(self) -> str:
-        return f"mark({self.name!r}, domain={self.domain!r})"
+        return f"Mark({self.name!r}, domain={self.domain!r})"
 
 
-def _rebuild(name: str, domain: str, stream: object, sample: Policy | None) -> mark:
-    return mark(name, domain=domain, stream=stream, sample=sample)
+def _rebuild(name: str, domain: str, stream: object, sample: Policy | None) -> Mark:
+    return Mark(name, domain=domain, stream=stream, sample=sample)
+
+
+# Plain host ranges are cached per domain and name: `with mark("x")` in a loop then costs a dict
+# lookup instead of building and checking an object, and entries of a shared Mark stay separate.
+_MAX_CACHED = 4096
+_cached: dict[str | None, dict[Any, Mark]] = {None: {}}
+
+
+def mark(
+    name: Name,
+    *,
+    domain: str | None = None,
+    stream: object = None,
+    sample: Policy | None = None,
+) -> Mark:
+    """A range around a ``with`` block, or around every call of a decorated function.
+
+    ``name`` is a str or a :class:`~mstx_marks.phases.Phase`; ``domain=None`` is MSTX's
+    ``"default"``; ``stream`` is None (host only), ``"current"`` (the current NPU stream at each
+    start) or a stream object; ``sample`` a :mod:`~mstx_marks.sampling` policy. Over-long names
+    built at run time are truncated with one warning.
+
+    >>> from mstx_marks import configure
+    >>> configure(backend="record")
+    >>> with mark("generate_sequences", domain="verl"):
+    ...     pass
+    >>> @mark("compute_log_prob")
+    ... def logp(x):
+    ...     return x
+    """
+    if stream is None and sample is None:
+        sites = _cached.get(domain)
+        try:
+            site = None if sites is None else sites.get(name)
+        except TypeError:  # an unhashable name; Mark() says what is wrong with it
+            site = None
+        if site is None:
+            site = Mark(name, domain=domain)
+            if len(sites or ()) < _MAX_CACHED:
+                _cached.setdefault(domain, {})[name] = site
+        return site
+    return Mark(name, domain=domain, stream=stream, sample=sample)
 
 
 @overload
@@ -314,13 +372,13 @@ def mstx_range(
         target = name
 
         def by_qualname(func: Any) -> Any:
-            site = mark(fit_name(_target_name(func)), domain=domain, stream=stream, sample=sample)
+            site = Mark(fit_name(_target_name(func)), domain=domain, stream=stream, sample=sample)
             return _wrap_target(func, site)
 
         return by_qualname if target is None else by_qualname(target)
     if not isinstance(name, Phase):
         check_name(name)
-    return mark(name, domain=domain, stream=stream, sample=sample)
+    return Mark(name, domain=domain, stream=stream, sample=sample)
 
 
 def instant(name: Name, *, domain: str | None = None, stream: object = None) -> None:
@@ -333,9 +391,9 @@ def instant(name: Name, *, domain: str | None = None, stream: object = None) -> 
     if type(name) is not str or not 0 < len(name) <= _SHORT:
         name, domain = _site_name(name, domain)
     g = _gate(domain, stream)
-    em = g.live
-    if em is not None:
+    call = g.mark
+    if call is not None:
         try:
-            em.mark(name, g.domain)
+            call(name, g.domain)
         except Exception as exc:
-            fault(em, exc)
+            fault(call, exc)

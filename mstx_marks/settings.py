@@ -1,9 +1,9 @@
 """Which ranges reach which backend: ``configure``, the environment, domain and rank filters.
 
-Every range site holds a :class:`Gate` for its (domain, stream). A gate's ``live`` attribute is the
-backend's :class:`~mstx_marks.backends.base.Emitter` while that domain is active and ``None``
-otherwise, so the hot path decides with one attribute read. Settings changes rewrite every gate,
-which is how ``configure`` reaches functions decorated before it was called.
+Every range site holds a :class:`Gate` for its (domain, stream). A gate's ``start``, ``end`` and
+``mark`` are the backend's calls while that domain is active and ``None`` otherwise, so the hot
+path decides with one attribute read. Settings changes rewrite every gate, which is how
+``configure`` reaches functions decorated before it was called.
 
 The environment is read at first use, not at import:
 
@@ -28,7 +28,7 @@ from collections.abc import Iterable
 from typing import Any, Callable, Union
 
 from . import backends
-from .backends.base import Backend, Emitter
+from .backends.base import Backend, Emitter, EndFn, MarkFn, StartFn
 from .names import DEFAULT_DOMAIN, check_domain
 
 __all__ = ["Gate", "configure", "current_backend", "fault", "gate", "is_active", "reset"]
@@ -40,15 +40,31 @@ BackendSpec = Union[str, Backend]
 _lock = threading.RLock()
 
 
-class Gate:
-    """The switch one range site reads: ``live`` is an Emitter or None."""
+def _no_end(handle: Any, domain: str) -> None:
+    return None
 
-    __slots__ = ("domain", "live", "stream")
+
+class Gate:
+    """The switch one range site reads: the three backend calls, or None while inactive."""
+
+    __slots__ = ("domain", "end", "mark", "start", "stream")
+
+    start: StartFn | None
+    end: EndFn  # only called with a handle that start returned, so never needs to be None
+    mark: MarkFn | None
 
     def __init__(self, domain: str, stream: Stream) -> None:
         self.domain = domain
         self.stream = stream
-        self.live: Emitter | None = _first_use(self)
+        self.open(_first_use(self))
+
+    def open(self, em: Emitter | None) -> None:
+        """Route this gate's ranges to ``em``, or switch it off with None."""
+        if em is None:
+            self.start = self.mark = None
+            self.end = _no_end
+        else:
+            self.start, self.end, self.mark = em.start, em.end, em.mark
 
     # Ray and multiprocessing pickle decorated functions by value: a gate travels as its key and
     # rebinds to the receiving process's own settings.
@@ -67,6 +83,8 @@ class _Settings:
         self.exclude: frozenset[str] = frozenset()
         self.ranks: frozenset[int] | None = None
         self.emitters: dict[int, Emitter] = {}
+        # id of each current backend call -> its backend, so a fault names the right backend.
+        self.owners: dict[int, Backend] = {}
 
 
 _settings = _Settings()
@@ -102,28 +120,38 @@ def gate(domain: str | None, stream: Stream = None) -> Gate:
 def _first_use(g: Gate) -> Emitter | None:
     """Before the settings are resolved a gate holds a stand-in that resolves them on first call.
 
-    Its handles carry the real emitter, so a range started through it ends on the backend that
+    Its handles carry the real ``end``, so a range started through it ends on the backend that
     started it even if the settings change in between.
     """
     if _settings.resolved:
         return _emitter_for(g)
 
+    # Faults are reported against the real calls: fault() knows their backend, not the stand-in's.
     def start(name: str, domain: str) -> Any:
         _resolve()
-        live = g.live
-        if live is None:
+        real_start, real_end = g.start, g.end
+        if real_start is None:
             return 0
-        handle = live.start(name, domain)
-        return (live, handle) if handle else 0
+        try:
+            handle = real_start(name, domain)
+        except Exception as exc:
+            return fault(real_start, exc)
+        return (real_end, handle) if handle else 0
 
     def end(handle: Any, domain: str) -> None:
-        handle[0].end(handle[1], domain)
+        try:
+            handle[0](handle[1], domain)
+        except Exception as exc:
+            fault(handle[0], exc)
 
     def mark(name: str, domain: str) -> None:
         _resolve()
-        live = g.live
-        if live is not None:
-            live.mark(name, domain)
+        real_mark = g.mark
+        if real_mark is not None:
+            try:
+                real_mark(name, domain)
+            except Exception as exc:
+                fault(real_mark, exc)
 
     return Emitter(_settings.backend, start, end, mark)
 
@@ -181,7 +209,7 @@ def _apply() -> None:
     if spec != s.spec:
         s.spec = spec
         s.backend = _create(spec)
-        s.emitters = {}
+        s.emitters, s.owners = {}, {}
     s.enabled = merged.get("enabled", True)
     include = merged.get("include")
     s.include = frozenset(include) if include else None
@@ -241,24 +269,27 @@ def _emitter_for(g: Gate) -> Emitter | None:
             _drop(_settings.backend, exc)
             return None
         _settings.emitters[key] = em
+        for call in (em.start, em.end, em.mark):
+            _settings.owners[id(call)] = em.backend
     return em
 
 
 def _refresh() -> None:
     for g in list(_gates.values()):
-        g.live = _emitter_for(g)
+        g.open(_emitter_for(g))
 
 
 # --- faults ------------------------------------------------------------------------------------
 
 
-def fault(emitter: Emitter, exc: BaseException) -> int:
+def fault(call: Callable[..., object], exc: BaseException) -> int:
     """A backend call raised: warn once, degrade or drop that backend, keep the workload running.
 
-    Returns 0, the "not recorded" handle, so the caller skips the matching end.
+    A call of a backend that was already replaced is ignored. Returns 0, the "not recorded"
+    handle, so the caller skips the matching end.
     """
     with _lock:
-        backend = emitter.backend
+        backend = _settings.owners.get(id(call))
         if backend is _settings.backend:
             _drop(backend, exc)
     return 0
@@ -272,7 +303,7 @@ def _drop(backend: Backend, exc: BaseException) -> None:
     )
     if not degraded:
         _settings.backend = backends.NoopBackend()
-    _settings.emitters = {}
+    _settings.emitters, _settings.owners = {}, {}
     _refresh()
 
 
@@ -345,7 +376,8 @@ def configure(
     if ranks is not None:
         changes["ranks"] = _check_ranks(ranks)
     with _lock:
-        _resolve()
+        # Not _resolve() first: that would build (and auto-detect) the env/default backend only
+        # to replace it. Before the first resolution _apply merges the env under these values.
         _settings.explicit.update(changes)
         _apply()
 
@@ -360,7 +392,7 @@ def is_active(domain: str | None = None) -> bool:
     """
     g = gate(domain)
     _resolve()
-    return g.live is not None
+    return g.start is not None
 
 
 def current_backend() -> Backend:
@@ -375,4 +407,4 @@ def reset() -> None:
     with _lock:
         _settings = _Settings()
         for g in _gates.values():
-            g.live = _first_use(g)
+            g.open(_first_use(g))

@@ -45,6 +45,8 @@ class MstxBackend(Backend):
         c_mstx = getattr(getattr(torch_npu, "_C", None), "_mstx", None)
         usable = c_mstx is not None and all(hasattr(c_mstx, f) for f in _C_ENTRY_POINTS)
         self._c: Any = c_mstx if usable else None
+        # Emitters are rebuilt on every settings change and degrade; warn once per bad stream.
+        self._warned: set[int] = set()
 
     def device_present(self) -> bool:
         try:
@@ -68,6 +70,9 @@ class MstxBackend(Backend):
         stream_type = getattr(getattr(self._npu, "streams", None), "Stream", None)
         if stream_type is not None and isinstance(stream, stream_type):
             return lambda: stream
+        if id(stream) in self._warned:  # gates hold their stream, so the id stays its own
+            return None
+        self._warned.add(id(stream))
         warnings.warn(
             f"mstx_marks: stream {stream!r} is not a torch_npu.npu.streams.Stream;"
             " its ranges are recorded on the host only",

@@ -106,10 +106,12 @@ class Recorder(Backend):
         with self._lock:
             while len(self._starts) <= chunk:
                 zeros = bytes(8 * _CHUNK)
-                self._starts.append(array("q", zeros))
+                # _slot checks len(self._starts) without the lock: the other columns must have
+                # their chunk before _starts gets it, or a concurrent _slot indexes past them.
                 self._ends.append(array("q", zeros))
                 self._keys.append(array("I", bytes(4 * _CHUNK)))
                 self._tids.append(array("q", zeros))
+                self._starts.append(array("q", zeros))
 
     def _slot(self, name: str, domain: str, end: int) -> int:
         i = next(self._next)
