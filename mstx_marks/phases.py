@@ -1,30 +1,105 @@
-"""The registry of standard RL phase names.
+"""The registry of standard RL phase names, and the :class:`Phase` value that names a range.
 
->>> p = Phase("generate_sequences", framework="verl", description="rollout generation")
->>> p.name, p.domain
-('generate_sequences', 'default')
+The same phase goes by different names across frameworks and versions: verl's worker method
+``update_actor`` is the role ``actor_update`` in verl 0.9 and in MindSpeed-RL, and the timer
+``update`` in MindSpeed-RL's trainer. The registry maps every such alias to one canonical phase,
+so traces from any of them can be compared and summed.
+
+**Canonical names.** Where a verl worker method does the work (``generate_sequences``,
+``compute_log_prob``, ``compute_ref_log_prob``, ``update_actor``, ``compute_values``,
+``update_critic``, ``compute_rm_score``), the method name is canonical: it is what verl emitted
+until 2026, what existing traces and dashboards contain, and the attribute that
+:mod:`mstx_marks.instrument` patches. Other phases keep the one name their framework emits. Each
+meaning is one phase: the trainer timer ``gen`` and the role ``rollout_generate`` are both
+``generate_sequences``; the stage ``reward`` (the whole reward computation), a reward model's
+``compute_rm_score`` and a reward function's ``compute_score`` are three phases.
+
+>>> canonical("actor_update") == canonical("update_actor") == "update_actor"
+True
+>>> canonical("micro_batch3")
+'micro_batch'
+>>> lookup("vllm_one_step").domain
+'vllm_one_step'
+>>> from mstx_marks import configure, mark
+>>> configure(backend="record")
+>>> with mark(GENERATE_SEQUENCES):
+...     pass
+>>> lookup("updte_actor")  # doctest: +ELLIPSIS
+Traceback (most recent call last):
+...
+mstx_marks.phases.UnknownPhase: 'updte_actor' is not a registered phase or alias; close: ...
 """
 
 from __future__ import annotations
 
+import argparse
+import difflib
+import re
+import threading
+
 from .names import DEFAULT_DOMAIN, check_domain, check_name
 
-__all__ = ["Phase"]
+__all__ = [
+    "ADV",
+    "COMPUTE_LOG_PROB",
+    "COMPUTE_REF_LOG_PROB",
+    "COMPUTE_RM_SCORE",
+    "COMPUTE_SCORE",
+    "COMPUTE_VALUES",
+    "GENERATE_SEQUENCES",
+    "MICRO_BATCH",
+    "MINI_BATCH",
+    "RESHARDING_TO_INFER",
+    "RESHARDING_TO_TRAIN",
+    "REWARD",
+    "SAVE_CHECKPOINT",
+    "SGLANG_FORWARD",
+    "START_PROFILE",
+    "STEP",
+    "STOP_PROFILE",
+    "TESTING",
+    "TOOL_CALLS",
+    "TRAIN_BATCH",
+    "UPDATE_ACTOR",
+    "UPDATE_CRITIC",
+    "UPDATE_WEIGHTS",
+    "VLLM_GENERATE_SEQUENCES",
+    "VLLM_ONE_STEP",
+    "Phase",
+    "UnknownPhase",
+    "all_phases",
+    "canonical",
+    "lookup",
+    "phases_cli",
+    "phases_table",
+    "register",
+]
 
 
 class Phase:
     """A named phase: usable wherever a range name is, as ``mark(PHASE)`` or ``@mstx_range(PHASE)``.
 
-    Name and domain are checked once, here, so using a phase costs no more than a literal name.
+    Name, domain and aliases are checked once, here, so using a phase costs no more than a
+    literal name. An ``indexed`` phase is emitted with a number appended (verl's
+    ``micro_batch{i}``): :meth:`at` builds those names and the registry folds them back.
+    Phases compare and hash by identity, like other registry objects: :func:`lookup` returns
+    the one registered object, and ``mark(PHASE)`` finds its cached range with a C-level hash.
+
+    >>> p = Phase("generate_sequences", framework="verl", description="rollout generation")
+    >>> p.name, p.domain
+    ('generate_sequences', 'default')
+    >>> Phase("micro_batch", indexed=True).at(3)
+    Phase('micro_batch3')
     """
 
-    __slots__ = ("aliases", "description", "domain", "framework", "name")
+    __slots__ = ("aliases", "description", "domain", "framework", "indexed", "name")
 
     name: str
     domain: str
     framework: str
     description: str
     aliases: tuple[str, ...]
+    indexed: bool
 
     def __init__(
         self,
@@ -34,19 +109,279 @@ class Phase:
         framework: str = "",
         description: str = "",
         aliases: tuple[str, ...] = (),
+        indexed: bool = False,
     ) -> None:
         self.name = check_name(name, "phase name")
         self.domain = DEFAULT_DOMAIN if domain is None else check_domain(domain)
         self.framework = framework
         self.description = description
-        self.aliases = tuple(check_name(a, "phase alias") for a in aliases)
+        if isinstance(aliases, str):
+            raise TypeError(f"aliases must be a tuple of str, got the str {aliases!r}")
+        # An alias equal to the name adds nothing; dropping it keeps the table and lookups clean.
+        self.aliases = tuple(
+            dict.fromkeys(a for a in (check_name(a, "phase alias") for a in aliases) if a != name)
+        )
+        if not isinstance(indexed, bool):
+            raise TypeError(f"indexed must be a bool, got {indexed!r}")
+        self.indexed = indexed
+
+    def at(self, index: int) -> Phase:
+        """The phase for one index of an indexed phase: ``MICRO_BATCH.at(3)`` is ``micro_batch3``.
+
+        >>> Phase("step").at(1)
+        Traceback (most recent call last):
+        ...
+        ValueError: Phase('step') is not indexed; only indexed phases take .at(index)
+        """
+        if not self.indexed:
+            raise ValueError(f"{self!r} is not indexed; only indexed phases take .at(index)")
+        if type(index) is not int or index < 0:
+            raise ValueError(f"{self.name}.at(index): index must be an int >= 0, got {index!r}")
+        return Phase(
+            f"{self.name}{index}",
+            self.domain,
+            framework=self.framework,
+            description=self.description,
+        )
 
     def __repr__(self) -> str:
         dom = "" if self.domain == DEFAULT_DOMAIN else f", domain={self.domain!r}"
         return f"Phase({self.name!r}{dom})"
 
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Phase) and (self.name, self.domain) == (other.name, other.domain)
+    def _fields(self) -> tuple[object, ...]:
+        return (
+            self.name,
+            self.domain,
+            self.framework,
+            self.description,
+            self.aliases,
+            self.indexed,
+        )
 
-    def __hash__(self) -> int:
-        return hash((self.name, self.domain))
+
+class UnknownPhase(KeyError):
+    """A name that is neither a registered phase nor an alias; its message lists close names.
+
+    The suggestions are computed only when the message is read, so code that folds many
+    arbitrary range names (``try: canonical(n) except KeyError``) does not pay for them.
+    """
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.name = name
+
+    def __str__(self) -> str:
+        close = difflib.get_close_matches(self.name, list(_by_name), n=3, cutoff=0.6)
+        hint = f"; close: {', '.join(close)}" if close else "; see `python -m mstx_marks phases`"
+        return f"{self.name!r} is not a registered phase or alias{hint}"
+
+
+_lock = threading.Lock()
+#: every phase name and alias -> its phase; the one lookup table
+_by_name: dict[str, Phase] = {}
+#: phases in registration order, for the table
+_phases: list[Phase] = []
+# An indexed name: a stem followed by a decimal index ("micro_batch12").
+_INDEXED = re.compile(r"(.+?)[0-9]+\Z")
+
+
+def register(phase: Phase) -> Phase:
+    """Add ``phase`` (and its aliases) to the registry and return it.
+
+    Registering the same phase again with the same fields is a no-op; a name or alias already
+    mapped to a different phase is a ValueError naming both.
+
+    >>> MY_EVAL = register(Phase("my_eval", "my_team", framework="mine", aliases=("eval_pass",)))
+    >>> canonical("eval_pass")
+    'my_eval'
+    >>> register(Phase("gen"))  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: cannot register Phase('gen'): 'gen' is already an alias of Phase('generate_seq...')
+    """
+    if not isinstance(phase, Phase):
+        raise TypeError(f"register() takes a Phase, got {type(phase).__name__} {phase!r}")
+    with _lock:
+        same = _by_name.get(phase.name)
+        if same is not None and same._fields() == phase._fields():
+            return same
+        if same is not None and (same.name, same.domain) == (phase.name, phase.domain):
+            raise ValueError(
+                f"cannot register {phase!r}: it is already registered with other framework,"
+                " description, aliases or indexed"
+            )
+        for text in (phase.name, *phase.aliases):
+            other = _by_name.get(text)
+            if other is not None:
+                how = "the name of" if other.name == text else "already an alias of"
+                raise ValueError(f"cannot register {phase!r}: {text!r} is {how} {other!r}")
+        _phases.append(phase)
+        for text in (phase.name, *phase.aliases):
+            _by_name[text] = phase
+    return phase
+
+
+def lookup(name: str | Phase) -> Phase:
+    """The registered phase that ``name`` (a phase name, an alias or an indexed name) denotes.
+
+    Raises :class:`UnknownPhase` (a KeyError) naming close registered names.
+
+    >>> lookup("old_log_p") is COMPUTE_LOG_PROB
+    True
+    """
+    if isinstance(name, Phase):
+        name = name.name
+    elif not isinstance(name, str):
+        raise TypeError(f"phase name must be a str or a Phase, got {type(name).__name__} {name!r}")
+    found = _by_name.get(name)
+    if found is not None:
+        return found
+    indexed = _INDEXED.match(name)
+    if indexed is not None:
+        stem = _by_name.get(indexed.group(1))
+        if stem is not None and stem.indexed:
+            return stem
+    raise UnknownPhase(name)
+
+
+def canonical(name: str | Phase) -> str:
+    """The canonical name of the phase that ``name`` denotes; a KeyError for unknown names.
+
+    >>> canonical("rollout_generate"), canonical("critic_compute_values")
+    ('generate_sequences', 'compute_values')
+    """
+    return lookup(name).name
+
+
+def all_phases() -> tuple[Phase, ...]:
+    """Every registered phase, standard ones first, in registration order."""
+    with _lock:
+        return tuple(_phases)
+
+
+def phases_table() -> str:
+    """The registry as a text table: name, domain, framework, aliases (``{i}``: indexed).
+
+    >>> print(phases_table().splitlines()[0])  # doctest: +NORMALIZE_WHITESPACE
+    name  domain  framework  aliases
+    """
+    header = ("name", "domain", "framework", "aliases")
+    rows = [
+        (
+            p.name + ("{i}" if p.indexed else ""),
+            p.domain,
+            p.framework,
+            ", ".join(p.aliases),
+        )
+        for p in all_phases()
+    ]
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(3)]
+
+    def line(row: tuple[str, str, str, str]) -> str:
+        cells = [cell.ljust(w) for cell, w in zip(row, widths)]
+        return "  ".join([*cells, row[3]]).rstrip()
+
+    return "\n".join(line(r) for r in [header, *rows])
+
+
+def phases_cli(argv: list[str]) -> int:
+    """``python -m mstx_marks phases``: print :func:`phases_table`; returns the exit code."""
+    parser = argparse.ArgumentParser(
+        prog="python -m mstx_marks phases",
+        description="Print the registry of standard RL phases and their aliases.",
+    )
+    parser.parse_args(argv)
+    print(phases_table())
+    return 0
+
+
+def _std(
+    name: str,
+    framework: str,
+    description: str,
+    aliases: tuple[str, ...] = (),
+    *,
+    domain: str | None = None,
+    indexed: bool = False,
+) -> Phase:
+    return register(
+        Phase(
+            name,
+            domain,
+            framework=framework,
+            description=description,
+            aliases=aliases,
+            indexed=indexed,
+        )
+    )
+
+
+# --- the standard phases (REFERENCE §4). Aliases are grouped by where they come from. -----------
+
+_VERL_MS = "verl, MindSpeed-RL"
+
+STEP = _std("step", "verl", "one training step (verl trainer timer)")
+GENERATE_SEQUENCES = _std(
+    "generate_sequences",
+    _VERL_MS,
+    "rollout: generate responses for a batch of prompts",
+    ("gen", "rollout_generate", "actor_generate", "rollout"),
+)
+COMPUTE_LOG_PROB = _std(
+    "compute_log_prob",
+    _VERL_MS,
+    "log-probs of the rollout under the current (old) actor",
+    ("old_log_prob", "actor_compute_log_prob", "old_log_p"),
+)
+COMPUTE_REF_LOG_PROB = _std(
+    "compute_ref_log_prob",
+    _VERL_MS,
+    "log-probs of the rollout under the reference model",
+    ("ref", "ref_compute_log_prob", "reference_compute_log_prob", "reference_model"),
+)
+COMPUTE_VALUES = _std(
+    "compute_values",
+    _VERL_MS,
+    "critic values of the rollout",
+    ("values", "critic_compute_values"),
+)
+REWARD = _std("reward", "verl", "the whole reward stage of a step (verl trainer timer)")
+COMPUTE_RM_SCORE = _std(
+    "compute_rm_score", _VERL_MS, "scores from a reward model", ("reward_model",)
+)
+COMPUTE_SCORE = _std(
+    "compute_score", _VERL_MS, "scores from a reward function or rule", ("rule_reward",)
+)
+ADV = _std("adv", _VERL_MS, "advantage estimation")
+UPDATE_CRITIC = _std("update_critic", _VERL_MS, "critic training", ("critic_update",))
+UPDATE_ACTOR = _std("update_actor", _VERL_MS, "actor (policy) training", ("actor_update", "update"))
+TRAIN_BATCH = _std("train_batch", "verl", "one training batch of a verl 0.9 TrainingWorker")
+UPDATE_WEIGHTS = _std("update_weights", "verl", "send new actor weights to the rollout engines")
+SAVE_CHECKPOINT = _std("save_checkpoint", "verl", "checkpoint saving")
+TESTING = _std("testing", "verl", "validation run")
+START_PROFILE = _std("start_profile", "verl", "starting the profiler on the workers")
+STOP_PROFILE = _std("stop_profile", "verl", "stopping the profiler on the workers")
+TOOL_CALLS = _std("tool_calls", "verl", "tool calls of one agent-loop turn")
+MINI_BATCH = _std("mini_batch", "verl", "one mini-batch of an update", indexed=True)
+MICRO_BATCH = _std("micro_batch", "verl", "one micro-batch of an update", indexed=True)
+VLLM_GENERATE_SEQUENCES = _std(
+    "vllm_generate_sequences", "vllm", "generation inside the vLLM engine (Ascend RL guide)"
+)
+VLLM_ONE_STEP = _std(
+    "vllm_one_step",
+    "vllm",
+    "one vLLM engine step (one decode step), in its own domain",
+    domain="vllm_one_step",
+)
+SGLANG_FORWARD = _std(
+    "sglang_forward",
+    "sglang",
+    "one SGLang model-runner forward, in its own domain",
+    domain="sglang_forward",
+)
+RESHARDING_TO_INFER = _std(
+    "resharding_to_infer", "MindSpeed-RL", "reshard actor weights from training to inference"
+)
+RESHARDING_TO_TRAIN = _std(
+    "resharding_to_train", "MindSpeed-RL", "reshard actor weights back to the training layout"
+)

@@ -1,0 +1,572 @@
+"""instrument() and the framework presets: patch at run time, undo exactly, never wrap twice."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import sys
+import threading
+import types
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+
+import mstx_marks
+from mstx_marks import first, instant, phases, window
+from mstx_marks.instrument import (
+    PRESETS,
+    Instrumented,
+    instrument,
+    instrument_sglang,
+    instrument_verl,
+    instrument_vllm,
+)
+
+Snapshot = list[tuple[str, Any]]
+
+
+def snapshot(owner: object) -> Snapshot:
+    return list(vars(owner).items())
+
+
+def assert_unchanged(owner: object, before: Snapshot) -> None:
+    """Same keys in the same order, each bound to the very same object."""
+    after = snapshot(owner)
+    assert [k for k, _ in after] == [k for k, _ in before]
+    for (key, old), (_, new) in zip(before, after):
+        assert new is old, key
+
+
+def fake_module(monkeypatch: pytest.MonkeyPatch, dotted: str, **attrs: Any) -> types.ModuleType:
+    """Put ``dotted`` in sys.modules with ``attrs``; fake parents keep the real package away."""
+    parts = dotted.split(".")
+    for i in range(1, len(parts)):
+        parent = ".".join(parts[:i])
+        if not getattr(sys.modules.get(parent), "__fake__", False):
+            stub = types.ModuleType(parent)
+            stub.__fake__ = True  # type: ignore[attr-defined]
+            monkeypatch.setitem(sys.modules, parent, stub)
+    module = types.ModuleType(dotted)
+    module.__fake__ = True  # type: ignore[attr-defined]
+    for key, value in attrs.items():
+        setattr(module, key, value)
+    monkeypatch.setitem(sys.modules, dotted, module)
+    return module
+
+
+def names_of(rec: mstx_marks.Recorder) -> list[str]:
+    return [r.name for r in rec.records() if r.kind == "range"]
+
+
+# --- the issue's acceptance test --------------------------------------------------------------
+
+
+class LLMEngine:
+    """Shaped like vLLM's engine: the caller loops on step() while requests are unfinished."""
+
+    def __init__(self, steps: int) -> None:
+        self.remaining = steps
+        self.done = 0
+
+    def has_unfinished_requests(self) -> bool:
+        return self.remaining > 0
+
+    def step(self) -> list[int]:
+        instant(f"decode{self.done}")
+        self.done += 1
+        self.remaining -= 1
+        return [self.done]
+
+
+def test_decode_steps_30_to_69_of_200_are_marked_and_undo_restores_the_class(
+    monkeypatch: pytest.MonkeyPatch, recorder: mstx_marks.Recorder
+) -> None:
+    for path in ("vllm.v1.engine.llm_engine", "vllm.engine.llm_engine"):
+        fake_module(monkeypatch, path, LLMEngine=LLMEngine)  # vLLM >= 0.10: one class, 2 paths
+    before = snapshot(LLMEngine)
+
+    report = instrument_vllm(sample=window(30, 70))
+    assert report.patched == ("vllm.v1.engine.llm_engine:LLMEngine.step",)
+    assert report.skipped == (("vllm.engine.llm_engine:LLMEngine.step", "already instrumented"),)
+    engine = LLMEngine(200)
+    outputs = []
+    while engine.has_unfinished_requests():
+        outputs.append(engine.step())
+    report.undo()
+
+    assert outputs == [[i] for i in range(1, 201)]
+    records = recorder.records()
+    ranges = [r for r in records if r.kind == "range"]
+    assert {(r.name, r.domain) for r in ranges} == {("vllm_one_step", "vllm_one_step")}
+    assert all(r.end_ns is not None for r in ranges)
+    # Records are in start order: each range is followed by the instant its step emitted.
+    marked = [
+        int(records[i + 1].name[len("decode") :]) for i, r in enumerate(records) if r in ranges
+    ]
+    assert marked == list(range(30, 70))
+    assert_unchanged(LLMEngine, before)
+    LLMEngine(1).step()
+    assert len([r for r in recorder.records() if r.kind == "range"]) == 40
+
+
+# --- instrument() on every function kind ------------------------------------------------------
+
+
+class Worker:
+    def plain(self, x: int) -> int:
+        return x + 1
+
+    @staticmethod
+    def static(x: int) -> int:
+        return x + 2
+
+    @classmethod
+    def klass(cls, x: int) -> tuple[str, int]:
+        return cls.__name__, x + 3
+
+    async def coro(self, x: int) -> int:
+        await asyncio.sleep(0)
+        return x + 4
+
+    def gen(self, n: int) -> Iterator[int]:
+        yield from range(n)
+
+    async def agen(self, n: int) -> AsyncIterator[int]:
+        for i in range(n):
+            yield i
+
+
+KINDS = ["plain", "static", "klass", "coro", "gen", "agen"]
+
+
+def call_all(w: Worker) -> list[Any]:
+    async def agen_list() -> list[int]:
+        return [i async for i in w.agen(2)]
+
+    return [
+        w.plain(1),
+        Worker.static(1),
+        Worker.klass(1),
+        asyncio.run(w.coro(1)),
+        list(w.gen(2)),
+        asyncio.run(agen_list()),
+    ]
+
+
+def test_every_method_kind_keeps_its_kind_result_and_is_restored(
+    recorder: mstx_marks.Recorder,
+) -> None:
+    before = snapshot(Worker)
+    expected = call_all(Worker())
+    with instrument(Worker, KINDS, domain="verl") as handle:
+        assert isinstance(vars(Worker)["static"], staticmethod)
+        assert isinstance(vars(Worker)["klass"], classmethod)
+        assert inspect.iscoroutinefunction(Worker.coro)
+        assert inspect.isgeneratorfunction(Worker.gen)
+        assert inspect.isasyncgenfunction(Worker.agen)
+        assert call_all(Worker()) == expected
+    assert handle.patched == tuple(f"{__name__}:Worker.{k}" for k in KINDS)
+    assert sorted(names_of(recorder)) == sorted(f"Worker.{k}" for k in KINDS)
+    assert {r.domain for r in recorder.records()} == {"verl"}
+    assert_unchanged(Worker, before)
+
+
+def test_module_functions_are_wrapped_and_restored(
+    monkeypatch: pytest.MonkeyPatch, recorder: mstx_marks.Recorder
+) -> None:
+    def compute_score(x: int) -> int:
+        return x * 2
+
+    module = fake_module(monkeypatch, "rewards.rule", compute_score=compute_score)
+    before = snapshot(module)
+    handle = instrument("rewards.rule", "compute_score", name=phases.COMPUTE_SCORE)
+    assert module.compute_score(4) == 8
+    assert module.compute_score.__wrapped__ is compute_score
+    handle.undo()
+    assert_unchanged(module, before)
+    assert names_of(recorder) == ["compute_score"]
+
+
+def test_default_names_are_qualified(recorder: mstx_marks.Recorder) -> None:
+    module = types.ModuleType("helpers")
+
+    def tokenize() -> None:
+        pass
+
+    module.tokenize = tokenize  # type: ignore[attr-defined]
+    with instrument(Worker, "plain"), instrument(module, "tokenize"):
+        Worker().plain(0)
+        module.tokenize()
+    assert names_of(recorder) == [
+        "Worker.plain",
+        "test_default_names_are_qualified.<locals>.tokenize",
+    ]
+
+
+def test_a_phase_name_brings_its_domain_unless_one_is_given(
+    recorder: mstx_marks.Recorder,
+) -> None:
+    with instrument(Worker, "plain", name=phases.VLLM_ONE_STEP):
+        Worker().plain(0)
+    with instrument(Worker, "plain", name=phases.VLLM_ONE_STEP, domain="rollout"):
+        Worker().plain(0)
+    got = [(r.name, r.domain) for r in recorder.records()]
+    assert got == [("vllm_one_step", "vllm_one_step"), ("vllm_one_step", "rollout")]
+
+
+# --- inheritance, twice, undo ------------------------------------------------------------------
+
+
+class Base:
+    def run(self) -> str:
+        return "base"
+
+
+class Child(Base):
+    pass
+
+
+def test_inherited_methods_are_overridden_on_the_target_only(
+    recorder: mstx_marks.Recorder,
+) -> None:
+    base_before, child_before = snapshot(Base), snapshot(Child)
+    handle = instrument(Child, "run")
+    assert "run" in vars(Child)
+    assert vars(Base)["run"] is base_before[[k for k, _ in base_before].index("run")][1]
+    assert (Child().run(), Base().run()) == ("base", "base")
+    assert names_of(recorder) == ["Child.run"]
+    handle.undo()
+    assert "run" not in vars(Child)
+    assert_unchanged(Child, child_before)
+    assert_unchanged(Base, base_before)
+
+
+def test_instrumenting_twice_wraps_once(recorder: mstx_marks.Recorder) -> None:
+    first_handle = instrument(Worker, "plain")
+    wrapper = vars(Worker)["plain"]
+    second = instrument(Worker, ["plain"], name="other")
+    assert second.patched == ()
+    assert second.skipped == ((f"{__name__}:Worker.plain", "already instrumented"),)
+    assert vars(Worker)["plain"] is wrapper
+    Worker().plain(0)
+    assert names_of(recorder) == ["Worker.plain"]
+    second.undo()
+    assert vars(Worker)["plain"] is wrapper
+    first_handle.undo()
+
+
+def test_a_subclass_of_an_instrumented_class_is_not_wrapped_again(
+    recorder: mstx_marks.Recorder,
+) -> None:
+    with instrument(Base, "run"):
+        assert instrument(Child, "run").skipped == (
+            (f"{__name__}:Child.run", "already instrumented"),
+        )
+        assert "run" not in vars(Child)
+        Child().run()
+    assert names_of(recorder) == ["Base.run"]
+
+
+def test_undo_is_idempotent_and_reinstrumenting_after_undo_works(
+    recorder: mstx_marks.Recorder,
+) -> None:
+    before = snapshot(Worker)
+    handle = instrument(Worker, "plain")
+    handle.undo()
+    handle.undo()
+    assert_unchanged(Worker, before)
+    with instrument(Worker, "plain") as again:
+        assert again.patched
+        Worker().plain(0)
+    assert names_of(recorder) == ["Worker.plain"]
+    assert_unchanged(Worker, before)
+
+
+def test_undo_leaves_a_later_patch_in_place_with_a_warning() -> None:
+    class Engine:
+        def step(self) -> int:
+            return 1
+
+    handle = instrument(Engine, "step")
+
+    def theirs(self: Engine) -> int:
+        return 2
+
+    Engine.step = theirs  # type: ignore[method-assign]
+    with pytest.warns(RuntimeWarning, match="replaced after it was instrumented"):
+        handle.undo()
+    assert vars(Engine)["step"] is theirs
+
+
+def test_instances_can_be_instrumented(recorder: mstx_marks.Recorder) -> None:
+    w = Worker()
+    with instrument(w, "plain", name="this_worker_only"):
+        assert "plain" in vars(w)
+        assert (w.plain(1), Worker().plain(1)) == (2, 2)
+    assert "plain" not in vars(w)
+    assert names_of(recorder) == ["this_worker_only"]
+
+
+def test_function_attributes_survive_for_dispatch_decorators() -> None:
+    class RayWorker:
+        def update_actor(self) -> None:
+            pass
+
+    # verl's @register stores its dispatch mode as a function attribute.
+    RayWorker.update_actor.attrs_3141562937 = {"dispatch_mode": "DP"}  # type: ignore[attr-defined]
+    with instrument(RayWorker, "update_actor"):
+        assert RayWorker.update_actor.attrs_3141562937 == {"dispatch_mode": "DP"}  # type: ignore[attr-defined]
+        assert RayWorker.update_actor.__name__ == "update_actor"
+
+
+def test_each_attribute_counts_its_own_calls_for_sampling(recorder: mstx_marks.Recorder) -> None:
+    w = Worker()
+    with instrument(Worker, ["plain", "gen"], sample=first(2)):
+        for _ in range(5):
+            w.plain(0)
+            list(w.gen(1))
+    assert sorted(names_of(recorder)) == ["Worker.gen"] * 2 + ["Worker.plain"] * 2
+
+
+def test_concurrent_instrumenting_patches_exactly_once() -> None:
+    class Engine:
+        def step(self) -> None:
+            pass
+
+    original = vars(Engine)["step"]
+    handles: list[Instrumented] = []
+    barrier = threading.Barrier(16)
+
+    def race() -> None:
+        barrier.wait()
+        handles.append(instrument(Engine, "step"))
+
+    threads = [threading.Thread(target=race) for _ in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sum(len(h.patched) for h in handles) == 1
+    assert sum(len(h.skipped) for h in handles) == 15
+    assert vars(Engine)["step"].__wrapped__ is original
+    for h in handles:
+        h.undo()
+    assert vars(Engine)["step"] is original
+
+
+# --- errors -------------------------------------------------------------------------------------
+
+
+def test_a_missing_attribute_names_the_target_and_what_exists() -> None:
+    before = snapshot(Worker)
+    with pytest.raises(AttributeError) as info:
+        instrument(Worker, ["plain", "plian"])
+    message = str(info.value)
+    assert f"{__name__}:Worker has no attribute 'plian'" in message
+    assert "close: plain" in message
+    assert "its public callables: agen, coro, gen, klass, plain, static" in message
+    assert_unchanged(Worker, before)
+
+
+def test_a_missing_class_in_an_import_path_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_module(monkeypatch, "vllm.v1.engine.llm_engine", LLMEngine=LLMEngine)
+    with pytest.raises(
+        AttributeError, match=r"vllm\.v1\.engine\.llm_engine has no attribute 'LLM'"
+    ):
+        instrument("vllm.v1.engine.llm_engine:LLM", "step")
+    with pytest.raises(ModuleNotFoundError):
+        instrument("vllm.v2.engine:LLMEngine", "step")
+
+
+class Odd:
+    size = 3
+    Inner = Worker
+
+    @property
+    def prop(self) -> int:
+        return 1
+
+
+@pytest.mark.parametrize(
+    ("attrs", "kwargs", "error", "match"),
+    [
+        ("size", {}, TypeError, "Odd.size: it is a int, not a function"),
+        ("prop", {}, TypeError, "Odd.prop: it is a property"),
+        ("Inner", {}, TypeError, "it is a class; instrument its methods"),
+        ([], {}, ValueError, "at least one attribute"),
+        (["not-an-identifier"], {}, ValueError, "must be Python identifiers"),
+        ([3], {}, ValueError, "must be Python identifiers"),
+        ("__init__", {"name": ""}, ValueError, "non-empty"),
+        ("__init__", {"name": 3}, TypeError, "range name must be a str"),
+        ("__init__", {"domain": "my-domain"}, ValueError, "letters, digits and '_'"),
+        ("__init__", {"sample": 5}, TypeError, "sampling policy"),
+        ("__init__", {"stream": "next"}, ValueError, "stream must be"),
+    ],
+)
+def test_bad_requests_are_clear_errors_and_patch_nothing(
+    attrs: Any, kwargs: dict[str, Any], error: type, match: str
+) -> None:
+    before = snapshot(Odd)
+    with pytest.raises(error, match=match):
+        instrument(Odd, attrs, **kwargs)
+    assert_unchanged(Odd, before)
+
+
+def test_an_owner_refusing_one_attribute_gets_none() -> None:
+    class Picky(type):
+        def __setattr__(cls, key: str, value: Any) -> None:
+            if key == "second":
+                raise TypeError("read-only attribute")
+            super().__setattr__(key, value)
+
+    class Guarded(metaclass=Picky):
+        def first(self) -> None:
+            pass
+
+        def second(self) -> None:
+            pass
+
+    before = snapshot(Guarded)
+    with pytest.raises(TypeError, match="read-only"):
+        instrument(Guarded, ["first", "second"])
+    assert_unchanged(Guarded, before)
+    assert instrument(Guarded, "first").patched  # nothing was left registered as ours
+
+
+# --- presets ------------------------------------------------------------------------------------
+
+
+def verl_classes() -> dict[str, type]:
+    """verl <= 0.7 worker classes, with the method names the preset expects."""
+
+    class ActorRolloutRefWorker:
+        def generate_sequences(self, prompts: list[int]) -> list[int]:
+            return [p + 1 for p in prompts]
+
+        def compute_log_prob(self, data: int) -> int:
+            return data
+
+        def compute_ref_log_prob(self, data: int) -> int:
+            return data
+
+        def update_actor(self, data: int) -> int:
+            return data
+
+    class CriticWorker:
+        def compute_values(self, data: int) -> int:
+            return data
+
+        def update_critic(self, data: int) -> int:
+            return data
+
+    class RewardModelWorker:
+        def compute_rm_score(self, data: int) -> int:
+            return data
+
+    return {
+        "ActorRolloutRefWorker": ActorRolloutRefWorker,
+        "CriticWorker": CriticWorker,
+        "RewardModelWorker": RewardModelWorker,
+    }
+
+
+def test_verl_preset_patches_what_exists_and_reports_the_rest(
+    monkeypatch: pytest.MonkeyPatch, recorder: mstx_marks.Recorder
+) -> None:
+    classes = verl_classes()
+    fake_module(monkeypatch, "verl.workers.fsdp_workers", **classes)
+    before = {name: snapshot(cls) for name, cls in classes.items()}
+
+    report = instrument_verl()
+    expected = [e for e in PRESETS if e.owner.startswith("verl.workers.fsdp_workers:")]
+    assert report.patched == tuple(f"{e.owner}.{e.attr}" for e in expected)
+    assert len(report.patched) == 7
+    skipped = dict(report.skipped)
+    assert set(skipped) == {
+        f"{e.owner}.{e.attr}" for e in PRESETS if e.framework == "verl" and e not in expected
+    }
+    assert all("ModuleNotFoundError" in why for why in skipped.values())
+
+    actor = classes["ActorRolloutRefWorker"]()
+    assert actor.generate_sequences([1, 2]) == [2, 3]
+    actor.update_actor(0)
+    classes["CriticWorker"]().update_critic(0)
+    assert names_of(recorder) == ["generate_sequences", "update_actor", "update_critic"]
+    assert instrument_verl().patched == ()  # a second call wraps nothing again
+
+    report.undo()
+    for name, cls in classes.items():
+        assert_unchanged(cls, before[name])
+
+
+def test_verl_preset_skips_methods_a_version_lacks(
+    monkeypatch: pytest.MonkeyPatch, recorder: mstx_marks.Recorder
+) -> None:
+    class ActorRolloutRefWorker:  # verl 0.9: no generate_sequences on the worker
+        def compute_log_prob(self) -> None:
+            pass
+
+        def update_actor(self) -> None:
+            pass
+
+    class TrainingWorker:
+        def train_batch(self) -> None:
+            pass
+
+    fake_module(
+        monkeypatch,
+        "verl.workers.engine_workers",
+        ActorRolloutRefWorker=ActorRolloutRefWorker,
+        TrainingWorker=TrainingWorker,
+    )
+    before = snapshot(TrainingWorker)
+    with instrument_verl() as report:
+        TrainingWorker().train_batch()
+        ActorRolloutRefWorker().compute_log_prob()
+    assert report.patched == (
+        "verl.workers.engine_workers:ActorRolloutRefWorker.compute_log_prob",
+        "verl.workers.engine_workers:ActorRolloutRefWorker.update_actor",
+        "verl.workers.engine_workers:TrainingWorker.train_batch",
+    )
+    why = dict(report.skipped)[
+        "verl.workers.engine_workers:ActorRolloutRefWorker.compute_ref_log_prob"
+    ]
+    assert "has no attribute 'compute_ref_log_prob'" in why
+    assert names_of(recorder) == ["train_batch", "compute_log_prob"]
+    assert_unchanged(TrainingWorker, before)
+
+
+def test_sglang_preset_marks_forward_in_its_own_domain(
+    monkeypatch: pytest.MonkeyPatch, recorder: mstx_marks.Recorder
+) -> None:
+    class ModelRunner:
+        def forward(self, batch: int) -> int:
+            return batch
+
+    fake_module(monkeypatch, "sglang.srt.model_executor.model_runner", ModelRunner=ModelRunner)
+    before = snapshot(ModelRunner)
+    with instrument_sglang(sample=first(1)) as report:
+        assert [ModelRunner().forward(i) for i in range(3)] == [0, 1, 2]
+    assert report.patched == ("sglang.srt.model_executor.model_runner:ModelRunner.forward",)
+    assert [(r.name, r.domain) for r in recorder.records()] == [
+        ("sglang_forward", "sglang_forward")
+    ]
+    assert_unchanged(ModelRunner, before)
+
+
+def test_presets_without_the_framework_patch_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    for top in ("vllm", "sglang"):
+        fake_module(monkeypatch, f"{top}.absent")
+    for preset in (instrument_vllm, instrument_sglang):
+        report = preset()
+        assert report.patched == ()
+        assert report.skipped and all("ModuleNotFoundError" in why for _, why in report.skipped)
+
+
+def test_preset_table_uses_registered_phases() -> None:
+    assert {e.framework for e in PRESETS} == {"verl", "vllm", "sglang"}
+    for entry in PRESETS:
+        assert phases.lookup(entry.phase.name) is entry.phase
+        assert ":" in entry.owner and entry.attr.isidentifier()
+    assert len(set(PRESETS)) == len(PRESETS)
