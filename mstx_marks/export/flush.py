@@ -1,0 +1,113 @@
+"""Write a process's recording when it ends, including when it is stopped by SIGTERM or Ctrl-C.
+
+A training worker is often stopped rather than left to finish; :func:`flush_at_exit` makes sure
+what it recorded still reaches disk. The files are written atomically, so a flush cut short by a
+second signal leaves the previous complete files, never half of one.
+
+>>> import tempfile
+>>> from mstx_marks.backends.record import Recorder
+>>> rec = Recorder()
+>>> rec.range_end(rec.range_start("step", "default"), "default")
+>>> flush = flush_at_exit(tempfile.mkdtemp(), rank=0, recorder=rec, signals=())
+>>> [p.name for p in flush()]
+['rank0.trace.json', 'ascend_pytorch_profiler_0.db']
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+from types import FrameType
+from typing import Callable, Iterable
+
+from ..backends.record import Recorder, default_recorder
+from .ascend_db import ascend_db_path, write_ascend_db
+from .chrome import write_chrome_trace
+from .trace import RankTrace
+
+__all__ = ["chrome_trace_path", "export_rank", "flush_at_exit"]
+
+_SignalHandler = Callable[[int, "FrameType | None"], object]
+
+
+def chrome_trace_path(out_dir: str | Path, rank: int) -> Path:
+    """Where :func:`export_rank` puts a rank's Chrome trace: ``out_dir/chrome/rankN.trace.json``."""
+    return Path(out_dir) / "chrome" / f"rank{rank}.trace.json"
+
+
+def export_rank(
+    out_dir: str | Path, trace: RankTrace, db_path: str | Path | None = None
+) -> list[Path]:
+    """Write ``trace`` as a Chrome trace and as an Ascend database under ``out_dir``.
+
+    The database goes to ``db_path`` if given, else to a new :func:`ascend_db_path` under
+    ``out_dir/ascend``. Returns the two paths written.
+    """
+    if db_path is None:
+        db_path = ascend_db_path(Path(out_dir) / "ascend", trace.rank)
+    return [
+        write_chrome_trace(chrome_trace_path(out_dir, trace.rank), [trace]),
+        write_ascend_db(db_path, trace),
+    ]
+
+
+def _rank_from_env() -> int:
+    raw = os.environ.get("RANK", "0")
+    return int(raw) if raw.isdigit() else 0
+
+
+def flush_at_exit(
+    out_dir: str | Path,
+    *,
+    rank: int | None = None,
+    recorder: Recorder | None = None,
+    signals: Iterable[int] = (signal.SIGTERM, signal.SIGINT),
+) -> Callable[[], list[Path]]:
+    """Export ``recorder`` (default: the ``"record"`` backend's) with :func:`export_rank` at
+    interpreter exit and on each of ``signals``; return the flush, to call at any time as well.
+
+    ``rank`` defaults to the ``RANK`` environment variable (as torchrun sets it), else 0. Each
+    flush rewrites the same files. On a signal the flush runs, then the handler that was there
+    before runs (so SIGTERM still ends the process and Ctrl-C still raises KeyboardInterrupt).
+    Signal handlers can only be set from the main thread; pass ``signals=()`` elsewhere.
+    ``multiprocessing`` children leave with ``os._exit``, which skips exit hooks: call the flush
+    at the end of such a child yourself.
+    """
+    rank = _rank_from_env() if rank is None else rank
+    source = recorder if recorder is not None else default_recorder()
+    db_path = ascend_db_path(Path(out_dir) / "ascend", rank)
+    lock = threading.Lock()
+
+    def flush() -> list[Path]:
+        with lock:
+            return export_rank(out_dir, RankTrace(rank, source.records()), db_path)
+
+    def on_exit() -> None:
+        try:
+            flush()
+        except Exception as e:  # an exit hook must not hide the program's own exit status
+            print(f"mstx_marks: could not write the recording to {out_dir}: {e}", file=sys.stderr)
+
+    atexit.register(on_exit)
+    for signum in signals:
+        _chain_signal(signum, on_exit)
+    return flush
+
+
+def _chain_signal(signum: int, before: Callable[[], None]) -> None:
+    previous = signal.getsignal(signum)
+
+    def handler(num: int, frame: FrameType | None) -> None:
+        before()
+        signal.signal(num, previous)
+        if callable(previous):
+            previous(num, frame)
+        elif previous == signal.SIG_DFL:
+            # Die of the same signal, so the parent sees the usual exit status.
+            os.kill(os.getpid(), num)
+
+    signal.signal(signum, handler)

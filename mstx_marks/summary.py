@@ -1,0 +1,354 @@
+"""Per-phase statistics of recorded ranges, per rank and across ranks: ``mstx_marks summary``.
+
+Reads the Chrome traces (``*.trace.json``) and Ascend databases (``ascend_pytorch_profiler*.db``,
+ours or torch_npu's) in one folder or a tree of rank folders, folds phase names through the
+registry's aliases, and reports for each phase: count, total, mean, p50, p90, max, share of step
+time, and how unbalanced the ranks are (slowest total over fastest, and which rank is slowest).
+
+>>> from mstx_marks.backends.record import RangeRecord
+>>> from mstx_marks.export import RankTrace
+>>> r = lambda name, s, e: RangeRecord(name, "default", s, e, 1, 1, "range")
+>>> traces = [RankTrace(0, [r("step", 0, 100), r("gen", 0, 40)]),
+...           RankTrace(1, [r("step", 0, 100), r("gen", 0, 80)])]
+>>> gen = summarize(traces).phases[1]  # "gen" is an alias (verl trainer timer)
+>>> gen.name, gen.overall.total_ns, gen.imbalance, gen.slowest_rank
+('gen', 120, 2.0, 1)
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import os
+import re
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from . import phases
+from .export import RankTrace, TraceFileError, read_ascend_db, read_chrome_trace
+from .timeline import write_svg
+
+__all__ = [
+    "PhaseSummary",
+    "Stats",
+    "Summary",
+    "find_trace_files",
+    "fold_name",
+    "format_csv",
+    "format_json",
+    "format_table",
+    "load_traces",
+    "summarize",
+    "summary_cli",
+]
+
+_DB_FILE = re.compile(r"ascend_pytorch_profiler(?:_\d+)?\.db\Z")
+_CHROME_SUFFIX = ".trace.json"
+# Epoch nanoseconds pass 1e18 in September 2001; a clock since boot stays far below it.
+_EPOCH_NS = 10**18
+
+
+def fold_name(name: str) -> str:
+    """The registry's canonical name for ``name``, or ``name`` itself when it is not a phase.
+
+    >>> fold_name("no_such_phase_anywhere")
+    'no_such_phase_anywhere'
+    """
+    try:
+        return phases.canonical(name)
+    except KeyError:
+        return name
+
+
+@dataclass
+class Stats:
+    """Durations of one phase (nanoseconds); ``step_share`` is ``total_ns`` over step time."""
+
+    count: int
+    total_ns: int
+    mean_ns: float
+    p50_ns: float
+    p90_ns: float
+    max_ns: int
+    step_share: float | None
+
+
+@dataclass
+class PhaseSummary:
+    """One phase across ranks (``overall``) and on each rank; ``imbalance`` is the slowest
+    rank's total over the fastest's, among the ranks that ran the phase."""
+
+    name: str
+    overall: Stats
+    per_rank: dict[int, Stats]
+    imbalance: float | None
+    slowest_rank: int
+
+
+@dataclass
+class Summary:
+    """Everything ``summary`` reports; ``errors`` name the files that were left out."""
+
+    phases: list[PhaseSummary]
+    step_time_ns: dict[int, int]
+    step_count: dict[int, int]
+    sources: dict[int, str]
+    errors: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def _percentile(ordered: Sequence[int], q: float) -> float:
+    # Linear interpolation between closest ranks, as numpy's default does.
+    pos = q * (len(ordered) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def _stats(durations: list[int], step_time: int) -> Stats:
+    ordered = sorted(durations)
+    total = sum(ordered)
+    return Stats(
+        count=len(ordered),
+        total_ns=total,
+        mean_ns=total / len(ordered),
+        p50_ns=_percentile(ordered, 0.5),
+        p90_ns=_percentile(ordered, 0.9),
+        max_ns=ordered[-1],
+        step_share=total / step_time if step_time else None,
+    )
+
+
+def summarize(traces: Sequence[RankTrace], fold: Callable[[str], str] = fold_name) -> Summary:
+    """Statistics of the closed ranges in ``traces`` (one per rank), phases in order of first
+    start. Steps come from each trace's ``steps`` or else its ``step`` ranges."""
+    traces = [t.with_steps() for t in traces]
+    durations: dict[str, dict[int, list[int]]] = {}
+    first_start: dict[str, int] = {}
+    for t in traces:
+        for r in t.ranges:
+            assert r.end_ns is not None  # RankTrace.ranges holds closed ranges only
+            name = fold(r.name)
+            durations.setdefault(name, {}).setdefault(t.rank, []).append(r.end_ns - r.start_ns)
+            first_start[name] = min(first_start.get(name, r.start_ns), r.start_ns)
+    step_time = {t.rank: t.step_time_ns for t in traces}
+    result = []
+    for name in sorted(durations, key=first_start.__getitem__):
+        by_rank = durations[name]
+        per_rank = {rank: _stats(d, step_time[rank]) for rank, d in sorted(by_rank.items())}
+        pooled = [d for ds in by_rank.values() for d in ds]
+        overall = _stats(pooled, sum(step_time[rank] for rank in by_rank))
+        totals = {rank: s.total_ns for rank, s in per_rank.items()}
+        slowest = max(totals, key=totals.__getitem__)
+        fastest = min(totals.values())
+        imbalance = totals[slowest] / fastest if fastest else None
+        result.append(PhaseSummary(name, overall, per_rank, imbalance, slowest))
+    return Summary(
+        phases=result,
+        step_time_ns=step_time,
+        step_count={t.rank: len(t.steps) for t in traces},
+        sources={t.rank: str(t.source) for t in traces},
+    )
+
+
+def find_trace_files(path: str | Path) -> list[Path]:
+    """``path`` itself if it is a file, else the trace files anywhere under it, sorted."""
+    root = Path(path)
+    if root.is_file():
+        return [root]
+    found = [
+        p
+        for p in root.rglob("*")
+        if p.is_file() and (_DB_FILE.match(p.name) or p.name.endswith(_CHROME_SUFFIX))
+    ]
+    return sorted(found)
+
+
+def _read(path: Path) -> list[RankTrace]:
+    if path.suffix == ".db":
+        return [read_ascend_db(path)]
+    return read_chrome_trace(path)
+
+
+def _drop_other_clocks(
+    loaded: list[tuple[Path, list[RankTrace]]], errors: list[str]
+) -> list[tuple[Path, list[RankTrace]]]:
+    def on_epoch(traces: list[RankTrace]) -> bool:
+        starts = [r.start_ns for t in traces for r in t.records]
+        return not starts or min(starts) >= _EPOCH_NS
+
+    epoch = [item for item in loaded if on_epoch(item[1])]
+    boot = [item for item in loaded if not on_epoch(item[1])]
+    keep, drop = (epoch, boot) if len(epoch) >= len(boot) else (boot, epoch)
+    for path, _ in drop:
+        errors.append(
+            str(
+                TraceFileError(
+                    path,
+                    f"its timestamps are on a different clock from the other {len(keep)} "
+                    "file(s) (time since boot versus since the epoch); left out",
+                )
+            )
+        )
+    return keep
+
+
+def load_traces(path: str | Path) -> tuple[list[RankTrace], list[str], list[str]]:
+    """Read every trace under ``path``: ``(traces, errors, notes)``, one trace per rank.
+
+    A file that cannot be read is an error naming it, and the others are still read. When a
+    rank is in several files (the demo writes each rank as a database and as a Chrome trace),
+    the Ascend database wins, then the newest file; the others are listed in ``notes``.
+    """
+    errors: list[str] = []
+    notes: list[str] = []
+    root = Path(path)
+    if not root.exists():
+        return [], [f"{root}: no such file or folder"], notes
+    loaded = []
+    for file in find_trace_files(root):
+        try:
+            loaded.append((file, _read(file)))
+        except TraceFileError as e:
+            errors.append(str(e))
+    chosen: dict[int, RankTrace] = {}
+
+    def preference(t: RankTrace) -> tuple[bool, float]:
+        assert t.source is not None  # read from a file
+        return t.source.suffix == ".db", os.path.getmtime(t.source)
+
+    for _, traces in _drop_other_clocks(loaded, errors):
+        for t in traces:
+            other = chosen.get(t.rank)
+            if other is not None and preference(other) >= preference(t):
+                notes.append(f"rank {t.rank}: using {other.source}, not {t.source}")
+                continue
+            if other is not None:
+                notes.append(f"rank {t.rank}: using {t.source}, not {other.source}")
+            chosen[t.rank] = t
+    if not chosen and not errors:
+        errors.append(
+            f"{root}: no traces found (looked for *{_CHROME_SUFFIX} and "
+            "ascend_pytorch_profiler*.db)"
+        )
+    return [chosen[rank] for rank in sorted(chosen)], errors, notes
+
+
+def _ms(ns: float) -> str:
+    return f"{ns / 1e6:.3f}"
+
+
+def _share(share: float | None) -> str:
+    return "-" if share is None else f"{100 * share:.1f}"
+
+
+def format_table(summary: Summary) -> str:
+    """The human-readable table: per phase, an ``all`` row and one row per rank."""
+    ranks = sorted(summary.step_time_ns)
+    lines = [
+        f"{len(ranks)} rank(s); steps and step time: "
+        + ", ".join(
+            f"rank {r}: {summary.step_count[r]} steps, {_ms(summary.step_time_ns[r])} ms"
+            for r in ranks
+        )
+    ]
+    width = max([len("phase"), *(len(p.name) for p in summary.phases)])
+    head = ("rank", "count", "total ms", "mean ms", "p50 ms", "p90 ms", "max ms", "step %")
+    lines.append(
+        f"{'phase':<{width}} {head[0]:>4} {head[1]:>6} "
+        + " ".join(f"{h:>10}" for h in head[2:7])
+        + f" {head[7]:>7}  imbalance (slowest rank)"
+    )
+    for p in summary.phases:
+        rows: list[tuple[str, str, Stats]] = [(p.name, "all", p.overall)]
+        rows += [("", str(rank), s) for rank, s in p.per_rank.items()]
+        for label, rank, s in rows:
+            nums = (s.total_ns, s.mean_ns, s.p50_ns, s.p90_ns, s.max_ns)
+            line = (
+                f"{label:<{width}} {rank:>4} {s.count:>6} "
+                + " ".join(f"{_ms(v):>10}" for v in nums)
+                + f" {_share(s.step_share):>7}"
+            )
+            if rank == "all":
+                ratio = "-" if p.imbalance is None else f"{p.imbalance:.2f}"
+                line += f"  {ratio} (rank {p.slowest_rank})"
+            lines.append(line.rstrip())
+    return "\n".join(lines)
+
+
+_CSV_FIELDS = ("phase", "rank", *Stats.__dataclass_fields__, "imbalance", "slowest_rank")
+
+
+def format_csv(summary: Summary) -> str:
+    """One CSV row per phase and rank (``rank`` is ``all`` for the across-ranks row)."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(_CSV_FIELDS)
+    for p in summary.phases:
+        writer.writerow([p.name, "all", *asdict(p.overall).values(), p.imbalance, p.slowest_rank])
+        for rank, s in p.per_rank.items():
+            writer.writerow([p.name, rank, *asdict(s).values(), "", ""])
+    return out.getvalue()
+
+
+def format_json(summary: Summary) -> dict[str, Any]:
+    """The summary as plain JSON data (rank keys are strings, durations nanoseconds)."""
+    return {
+        "ranks": {
+            str(r): {
+                "source": summary.sources[r],
+                "steps": summary.step_count[r],
+                "step_time_ns": summary.step_time_ns[r],
+            }
+            for r in sorted(summary.step_time_ns)
+        },
+        "phases": [
+            {
+                "name": p.name,
+                "all": asdict(p.overall),
+                "ranks": {str(rank): asdict(s) for rank, s in p.per_rank.items()},
+                "imbalance": p.imbalance,
+                "slowest_rank": p.slowest_rank,
+            }
+            for p in summary.phases
+        ],
+        "errors": summary.errors,
+    }
+
+
+def summary_cli(argv: list[str]) -> int:
+    """``python -m mstx_marks summary PATH [--csv | --json] [--svg FILE]``; returns the exit code:
+    0, or 1 when a file could not be read (the others are still summarised) or none was found."""
+    parser = argparse.ArgumentParser(
+        prog="mstx_marks summary",
+        description="Per-phase statistics of Chrome traces and Ascend profiler databases.",
+    )
+    parser.add_argument("path", help="a trace file, or a folder searched for them")
+    fmt = parser.add_mutually_exclusive_group()
+    fmt.add_argument("--csv", action="store_true", help="print CSV instead of the table")
+    fmt.add_argument("--json", action="store_true", help="print JSON instead of the table")
+    parser.add_argument("--svg", metavar="FILE", help="also draw the timeline as SVG to FILE")
+    args = parser.parse_args(argv)
+
+    traces, errors, notes = load_traces(args.path)
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
+    for error in errors:
+        print(f"error: {error}", file=sys.stderr)
+    if not traces:
+        return 1
+    summary = summarize(traces)
+    summary.errors, summary.notes = errors, notes
+    if args.csv:
+        sys.stdout.write(format_csv(summary))
+    elif args.json:
+        print(json.dumps(format_json(summary), indent=1))
+    else:
+        print(format_table(summary))
+    if args.svg:
+        print(f"timeline: {write_svg(args.svg, traces, fold_name)}", file=sys.stderr)
+    return 1 if errors else 0

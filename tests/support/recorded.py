@@ -1,0 +1,75 @@
+"""Recordings for the exporter, summary and timeline tests: synthetic GRPO-shaped steps with
+known timestamps, a Hypothesis strategy of arbitrary recordings, and a real Recorder run."""
+
+from __future__ import annotations
+
+from hypothesis import strategies as st
+
+from mstx_marks.backends.record import RangeRecord, Recorder
+from mstx_marks.export import RankTrace
+
+T0 = 1_700_000_000_000_000_000  # epoch ns, as time.time_ns() gives
+PID = 4242
+TID = 777
+
+
+def rng(name: str, start: int, end: int | None, domain: str = "default") -> RangeRecord:
+    return RangeRecord(
+        name, domain, T0 + start, None if end is None else T0 + end, TID, PID, "range"
+    )
+
+
+def synthetic_rank(rank: int, steps: int = 3, tokens: int = 4, slow: int = 0) -> RankTrace:
+    """Steps of 1000 ns (+ ``slow`` on update_actor): gen with ``tokens`` decode ranges, then
+    update_actor; one instant per step. Durations are exact, so expected values are known."""
+    recs: list[RangeRecord] = []
+    t = 0
+    for _ in range(steps):
+        step_end = t + 1000 + slow
+        recs.append(rng("step", t, step_end))
+        recs.append(rng("gen", t + 10, t + 10 + 50 * tokens))
+        for i in range(tokens):
+            recs.append(rng("vllm_one_step", t + 10 + 50 * i, t + 50 + 50 * i, "vllm_one_step"))
+        recs.append(
+            RangeRecord("weights_synced", "default", T0 + t + 600, None, TID, PID, "instant")
+        )
+        recs.append(rng("update_actor", t + 700, t + 990 + slow))
+        t = step_end + 5
+    return RankTrace(rank, recs)
+
+
+names = st.sampled_from(["step", "gen", "update_actor", "ref", "é_unicode", "a::b"])
+domains = st.sampled_from(["default", "vllm_one_step", "verl"])
+
+
+@st.composite
+def records(draw: st.DrawFn) -> list[RangeRecord]:
+    """Arbitrary closed ranges and instants (open ranges are left to the tests that want them)."""
+    out = []
+    for _ in range(draw(st.integers(0, 25))):
+        start = T0 + draw(st.integers(0, 10**12))
+        kind = draw(st.sampled_from(["range", "range", "instant"]))
+        end = None if kind == "instant" else start + draw(st.integers(0, 10**10))
+        tid = draw(st.integers(1, 2**31 - 1))
+        pid = draw(st.integers(1, 2**22))
+        out.append(RangeRecord(draw(names), draw(domains), start, end, tid, pid, kind))
+    return sorted(out, key=lambda r: r.start_ns)
+
+
+def recorded_rank(rank: int, steps: int, tokens: int) -> RankTrace:
+    """A real :class:`Recorder` run of the synthetic shape (real clock, real thread ids)."""
+    rec = Recorder()
+    for _ in range(steps):
+        step = rec.range_start("step", "default")
+        gen = rec.range_start("gen", "default")
+        for _ in range(tokens):
+            one = rec.range_start("vllm_one_step", "vllm_one_step")
+            sum(range(2000 * (rank + 1)))
+            rec.range_end(one, "vllm_one_step")
+        rec.range_end(gen, "default")
+        rec.mark("weights_synced", "default")
+        upd = rec.range_start("update_actor", "default")
+        sum(range(20000 * (rank + 1)))
+        rec.range_end(upd, "default")
+        rec.range_end(step, "default")
+    return RankTrace(rank, rec.records())

@@ -1,0 +1,80 @@
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from mstx_marks.export import read_ascend_db, read_chrome_trace
+from mstx_marks.summary import load_traces
+
+pytest.importorskip("torch")
+
+STEPS, TOKENS = 2, 5
+
+
+def _demo(*args: str) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "mstx_marks", "demo", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, float]:
+    out = tmp_path_factory.mktemp("demo") / "out"
+    started = time.monotonic()
+    proc = _demo("--ranks", "2", "--steps", str(STEPS), "--tokens", str(TOKENS), "--out", str(out))
+    elapsed = time.monotonic() - started
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return out, proc.stdout, elapsed
+
+
+def test_demo_writes_every_output_and_prints_the_summary(demo_run: tuple[Path, str, float]) -> None:
+    out, stdout, elapsed = demo_run
+    assert elapsed < 60
+    assert f"step {STEPS}/{STEPS}" in stdout  # progress
+    for phase in ("generate_sequences", "vllm_one_step", "update_actor", "compute_ref_log_prob"):
+        assert phase in stdout
+    dbs = sorted(out.glob("ascend/*_ascend_pt/ASCEND_PROFILER_OUTPUT/ascend_pytorch_profiler_*.db"))
+    assert sorted(db.name for db in dbs) == [f"ascend_pytorch_profiler_{r}.db" for r in (0, 1)]
+    assert (out / "chrome" / "rank0.trace.json").is_file()
+    assert json.loads((out / "trace.json").read_text())["otherData"]["generator"] == "mstx_marks"
+
+
+def test_demo_outputs_agree_with_each_other(demo_run: tuple[Path, str, float]) -> None:
+    out, _, _ = demo_run
+    traces, errors, _ = load_traces(out / "ascend")
+    assert errors == [] and [t.rank for t in traces] == [0, 1]
+    merged = {t.rank: t for t in read_chrome_trace(out / "trace.json")}
+    svg = ET.parse(out / "timeline.svg").getroot()
+    for trace in traces:
+        names = [r.name for r in trace.ranges]
+        assert names.count("step") == STEPS and len(trace.steps) == STEPS
+        # the decode window marks tokens 1 .. TOKENS-2 of each rollout
+        assert names.count("vllm_one_step") == STEPS * (TOKENS - 2)
+        assert {r.domain for r in trace.ranges if r.name == "vllm_one_step"} == {"vllm_one_step"}
+        assert len({r.pid for r in trace.records}) == 1
+        per_rank = read_chrome_trace(out / "chrome" / f"rank{trace.rank}.trace.json")[0]
+        assert per_rank.ranges == merged[trace.rank].ranges == trace.ranges
+        bars = svg.findall(f".//{{*}}rect[@data-rank='{trace.rank}']")
+        assert len(bars) == len(trace.ranges)
+        assert trace.source is not None
+        with sqlite3.connect(trace.source) as db:
+            assert db.execute("SELECT COUNT(*) FROM STEP_TIME").fetchone() == (STEPS,)
+    assert read_ascend_db(traces[0].source or "").records == traces[0].records
+
+
+def test_demo_refuses_a_folder_it_did_not_write(tmp_path: Path) -> None:
+    (tmp_path / "precious.txt").write_text("keep me")
+    proc = _demo("--ranks", "1", "--steps", "1", "--out", str(tmp_path))
+    assert proc.returncode != 0 and "not empty" in proc.stderr
+    assert (tmp_path / "precious.txt").read_text() == "keep me"
+
+
+def test_demo_rejects_bad_arguments() -> None:
+    proc = _demo("--ranks", "0")
+    assert proc.returncode == 2 and "--ranks" in proc.stderr

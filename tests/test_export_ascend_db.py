@@ -1,0 +1,207 @@
+from __future__ import annotations
+
+import csv
+import os
+import re
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from support.recorded import PID, T0, TID, recorded_rank, records, rng, synthetic_rank
+
+from mstx_marks.backends.record import RangeRecord
+from mstx_marks.export import (
+    RankTrace,
+    TraceFileError,
+    ascend_db_path,
+    export_rank,
+    read_ascend_db,
+    write_ascend_db,
+)
+
+
+def _rows(db: Path, query: str) -> list[tuple[object, ...]]:
+    with sqlite3.connect(db) as conn:
+        return conn.execute(query).fetchall()
+
+
+def test_layout_and_schema_are_what_msprof_analyze_reads(tmp_path: Path) -> None:
+    db = write_ascend_db(ascend_db_path(tmp_path, 3, worker="w", timestamp_ms=9), synthetic_rank(3))
+    assert db.relative_to(tmp_path).as_posix() == (
+        "w_9_ascend_pt/ASCEND_PROFILER_OUTPUT/ascend_pytorch_profiler_3.db"
+    )
+    assert (tmp_path / "w_9_ascend_pt" / "profiler_info_3.json").is_file()
+    cols = [r[1] for r in _rows(db, "PRAGMA table_info(MSTX_EVENTS)")]
+    assert cols == [
+        "startNs", "endNs", "eventType", "rangeId", "category", "message", "globalTid",
+        "endGlobalTid", "domainId", "connectionId",
+    ]  # fmt: skip
+    events = _rows(db, "SELECT eventType, globalTid, connectionId, startNs, endNs FROM MSTX_EVENTS")
+    assert {e[0] for e in events} == {2, 3}
+    assert {e[1] for e in events} == {PID << 32 | TID}
+    conns = [e[2] for e in events]
+    assert None not in conns and 4294967295 not in conns and len(set(conns)) == len(conns)
+    assert all(s == e for kind, _, _, s, e in events if kind == 3)
+    assert _rows(db, "SELECT id, startNs - ?, endNs - ? FROM STEP_TIME".replace("?", str(T0))) == [
+        (1, 0, 1000), (2, 1005, 2005), (3, 2010, 3010),
+    ]  # fmt: skip
+
+
+def test_explicit_steps_win_over_step_ranges(tmp_path: Path) -> None:
+    trace = RankTrace(0, [rng("step", 0, 10)], steps=[(T0 + 1, T0 + 2)])
+    db = write_ascend_db(tmp_path / "a.db", trace)
+    assert _rows(db, f"SELECT startNs - {T0} FROM STEP_TIME") == [(1,)]
+
+
+@settings(max_examples=40, deadline=None)
+@given(recs=records())
+def test_round_trip(tmp_path_factory: pytest.TempPathFactory, recs: list[RangeRecord]) -> None:
+    path = tmp_path_factory.mktemp("db") / "ascend_pytorch_profiler_2.db"
+    open_range = rng("never_ended", 5, None)
+    back = read_ascend_db(write_ascend_db(path, RankTrace(2, [*recs, open_range])))
+    assert back.rank == 2 and back.source == path
+    key = lambda r: (r.start_ns, r.end_ns or 0, r.name, r.domain, r.thread, r.pid)  # noqa: E731
+    assert sorted(back.records, key=key) == sorted(recs, key=key)
+
+
+def test_reads_torch_npu_rows_that_mstx_sum_drops(tmp_path: Path) -> None:
+    # A real torch_npu database: host-only ranges (connectionId 4294967295), push/pop ranges,
+    # a NULL domain, and no rank in the file name but a profiler_info file beside the output.
+    out = tmp_path / "host_1_5_ascend_pt" / "ASCEND_PROFILER_OUTPUT"
+    out.mkdir(parents=True)
+    (out.parent / "profiler_info_6.json").write_text("{}")
+    db = out / "ascend_pytorch_profiler.db"
+    with sqlite3.connect(db) as conn:
+        conn.executescript(
+            "CREATE TABLE STRING_IDS (id INTEGER PRIMARY KEY, value TEXT);"
+            "CREATE TABLE MSTX_EVENTS (startNs INTEGER, endNs INTEGER, eventType INTEGER,"
+            " rangeId INTEGER, category INTEGER, message INTEGER, globalTid INTEGER,"
+            " endGlobalTid INTEGER, domainId INTEGER, connectionId INTEGER);"
+            "INSERT INTO STRING_IDS VALUES (1, 'update_actor'), (2, 'dataloader');"
+            "INSERT INTO MSTX_EVENTS VALUES"
+            " (10, 30, 2, 1, NULL, 1, 4294967396, 0, NULL, 4294967295),"
+            " (40, 45, 1, 2, NULL, 2, 4294967396, 0, NULL, NULL);"
+        )
+    trace = read_ascend_db(db)
+    assert trace.rank == 6 and trace.steps == []
+    assert [(r.name, r.domain, r.end_ns, r.pid, r.thread) for r in trace.ranges] == [
+        ("update_actor", "default", 30, 1, 100),
+        ("dataloader", "default", 45, 1, 100),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [(b"not a database at all" * 100, "not a readable profiler database"), (b"", "no MSTX_EVENTS")],
+)
+def test_bad_databases_are_errors_naming_the_file(
+    tmp_path: Path, content: bytes, problem: str
+) -> None:
+    path = tmp_path / "ascend_pytorch_profiler_0.db"
+    path.write_bytes(content)
+    with pytest.raises(TraceFileError, match=problem) as info:
+        read_ascend_db(path)
+    assert str(info.value).startswith(str(path))
+
+
+def _msprof_analyze() -> str:
+    exe = os.environ.get("MSPROF_ANALYZE") or shutil.which("msprof-analyze")
+    if exe is None:
+        if os.environ.get("CI"):
+            pytest.fail("msprof-analyze is not installed (pip install msprof-analyze==26.2.0)")
+        pytest.skip("msprof-analyze is not installed; set MSPROF_ANALYZE or install it")
+    return exe
+
+
+def _base_name(name: str) -> str:
+    # mstx_sum names a nested range "parent::child" and numbers repeats within a step "x_0".
+    return re.sub(r"_\d+\Z", "", name.rsplit("::", 1)[-1])
+
+
+def test_real_msprof_analyze_agrees_with_the_recorder(tmp_path: Path) -> None:
+    exe = _msprof_analyze()
+    traces = [recorded_rank(rank, steps=3, tokens=3) for rank in range(3)]
+    for trace in traces:
+        export_rank(tmp_path / "run", trace)
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        [
+            exe,
+            "cluster",
+            "-m",
+            "mstx_sum",
+            "-d",
+            str(tmp_path / "run"),
+            "-o",
+            str(out),
+            "--export_type",
+            "text",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    stats = out / "cluster_analysis_output" / "MstxSum" / "mark_stats.csv"
+    # msprof-analyze exits 0 even when it fails: its output file is the only evidence.
+    assert stats.is_file(), proc.stdout[-3000:] + proc.stderr[-3000:]
+
+    theirs: dict[tuple[str, int, int], list[int]] = defaultdict(list)
+    with stats.open(newline="") as f:
+        for row in csv.DictReader(f):
+            key = (_base_name(row["Name"]), int(row["Rank"]), int(row["StepId"]))
+            theirs[key].append(round(float(row["CannDuration(Ms)"]) * 1e6))
+    ours: dict[tuple[str, int, int], list[int]] = defaultdict(list)
+    for trace in traces:
+        steps = trace.with_steps().steps
+        for r in trace.ranges:
+            assert r.end_ns is not None
+            step = next(i for i, (s, e) in enumerate(steps, 1) if s <= r.start_ns <= e)
+            ours[(r.name, trace.rank, step)].append(r.end_ns - r.start_ns)
+    assert {k: sorted(v) for k, v in theirs.items()} == {k: sorted(v) for k, v in ours.items()}
+    assert len(ours) == 4 * 3 * 3  # four phases, three ranks, three steps
+    with (stats.parent / "all_cann_stats.csv").open(newline="") as f:
+        counts = defaultdict(int)
+        for row in csv.DictReader(f):
+            counts[_base_name(row["Name"])] += int(float(row["Count"]))
+    assert counts == {"step": 9, "gen": 9, "vllm_one_step": 27, "update_actor": 9}
+
+
+_STOPPED_WORKER = """
+import sys, time
+from mstx_marks.backends.record import default_recorder
+from mstx_marks.export import flush_at_exit
+rec = default_recorder()
+flush_at_exit(sys.argv[1], rank=4)
+for _ in range(3):
+    rec.range_end(rec.range_start("update_actor", "default"), "default")
+rec.range_start("never_ended", "default")
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_stopped_worker_loses_nothing_it_recorded(tmp_path: Path, signum: int) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _STOPPED_WORKER, str(tmp_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+    proc.send_signal(signum)
+    proc.wait(timeout=30)
+    # The handler that was there before still runs: SIGTERM kills, SIGINT raises
+    # KeyboardInterrupt (and Python then exits by SIGINT too).
+    assert proc.returncode == -signum
+    assert proc.stderr is not None
+    assert ("KeyboardInterrupt" in proc.stderr.read()) == (signum == signal.SIGINT)
+    (db,) = tmp_path.glob("ascend/*/ASCEND_PROFILER_OUTPUT/ascend_pytorch_profiler_4.db")
+    assert [r.name for r in read_ascend_db(db).ranges] == ["update_actor"] * 3
+    assert [p.name for p in (tmp_path / "chrome").iterdir()] == ["rank4.trace.json"]

@@ -1,0 +1,120 @@
+from __future__ import annotations
+
+import json
+import os
+import statistics
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from support.recorded import T0, rng, synthetic_rank
+
+from mstx_marks.export import RankTrace, export_rank, write_ascend_db, write_chrome_trace
+from mstx_marks.summary import fold_name, load_traces, summarize, summary_cli
+
+
+def test_stats_per_rank_and_across_ranks() -> None:
+    traces = [synthetic_rank(0, steps=3, tokens=4), synthetic_rank(1, steps=3, tokens=4, slow=300)]
+    s = summarize(traces, fold=str)
+    assert [p.name for p in s.phases] == ["step", "gen", "vllm_one_step", "update_actor"]
+    assert s.step_time_ns == {0: 3000, 1: 3900} and s.step_count == {0: 3, 1: 3}
+    upd = s.phases[3]
+    assert upd.per_rank[0].count == 3 and upd.per_rank[0].total_ns == 3 * 290
+    assert upd.per_rank[1].max_ns == 590 and upd.overall.count == 6
+    assert upd.overall.total_ns == 3 * 290 + 3 * 590
+    assert upd.slowest_rank == 1 and upd.imbalance == pytest.approx(590 / 290)
+    assert upd.per_rank[0].step_share == pytest.approx(870 / 3000)
+    assert upd.overall.step_share == pytest.approx((870 + 1770) / 6900)
+    token = s.phases[2].overall
+    assert token.count == 24 and token.p50_ns == token.p90_ns == token.mean_ns == 40
+
+
+@settings(max_examples=80, deadline=None)
+@given(durs=st.lists(st.integers(0, 10**9), min_size=1, max_size=30))
+def test_percentiles_match_statistics(durs: list[int]) -> None:
+    recs, t = [], 0
+    for d in durs:
+        recs.append(rng("x", t, t + d))
+        t += d + 1
+    (p,) = summarize([RankTrace(0, recs)], fold=str).phases
+    want = statistics.quantiles(durs, n=10, method="inclusive") if len(durs) > 1 else [durs[0]] * 9
+    assert p.overall.p90_ns == pytest.approx(want[8])
+    assert p.overall.p50_ns == pytest.approx(statistics.median(durs))
+    assert p.overall.max_ns == max(durs) and p.overall.total_ns == sum(durs)
+    # No steps: the share is of the rank's whole recorded span.
+    span = t - 1
+    assert p.overall.step_share == (pytest.approx(sum(durs) / span) if span else None)
+
+
+def test_aliases_fold_into_one_phase() -> None:
+    recs = [rng("step", 0, 100), rng("update_actor", 0, 10), rng("actor_update", 20, 50)]
+    (_, upd) = summarize([RankTrace(0, recs)]).phases
+    assert upd.overall.count == 2 and upd.name == fold_name("update_actor")
+    assert fold_name("actor_update") == fold_name("update_actor")
+    assert fold_name("my_own_phase") == "my_own_phase"
+
+
+def test_tree_of_ranks_prefers_databases_and_reports_bad_files(tmp_path: Path) -> None:
+    for rank in range(3):
+        export_rank(tmp_path, synthetic_rank(rank, slow=100 * rank))
+    bad_db = tmp_path / "ascend" / "x_1_ascend_pt" / "ASCEND_PROFILER_OUTPUT"
+    bad_db.mkdir(parents=True)
+    (bad_db / "ascend_pytorch_profiler_9.db").write_bytes(b"garbage" * 200)
+    (tmp_path / "cut.trace.json").write_text('{"traceEvents": [{"ph": "X"')
+    traces, errors, notes = load_traces(tmp_path)
+    assert [t.rank for t in traces] == [0, 1, 2]
+    assert all(t.source is not None and t.source.suffix == ".db" for t in traces)
+    assert len(notes) == 3
+    assert sorted(Path(e.split(": ")[0]).name for e in errors) == [
+        "ascend_pytorch_profiler_9.db",
+        "cut.trace.json",
+    ]
+
+
+def test_mixed_clocks_leave_out_the_odd_file(tmp_path: Path) -> None:
+    for rank in range(2):
+        write_chrome_trace(tmp_path / f"r{rank}.trace.json", [synthetic_rank(rank)])
+    since_boot = [
+        r._replace(start_ns=r.start_ns - T0, end_ns=r.end_ns and r.end_ns - T0)
+        for r in synthetic_rank(2).records
+    ]
+    boot = RankTrace(2, since_boot)
+    write_ascend_db(tmp_path / "ascend_pytorch_profiler_2.db", boot)
+    traces, errors, _ = load_traces(tmp_path)
+    assert [t.rank for t in traces] == [0, 1]
+    assert len(errors) == 1 and "ascend_pytorch_profiler_2.db" in errors[0]
+    assert "different clock" in errors[0]
+
+
+def test_cli_table_csv_json_and_exit_codes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for rank in range(2):
+        export_rank(tmp_path, synthetic_rank(rank, slow=50 * rank))
+    assert summary_cli([str(tmp_path)]) == 0
+    table = capsys.readouterr().out
+    assert "update_actor" in table and "(rank 1)" in table and "2 rank(s)" in table
+
+    assert summary_cli([str(tmp_path), "--csv"]) == 0
+    rows = capsys.readouterr().out.splitlines()
+    assert rows[0].startswith("phase,rank,count,total_ns")
+    assert len(rows) == 1 + 4 * 3  # four phases: an "all" row and two ranks each
+
+    svg = tmp_path / "t.svg"
+    assert summary_cli([str(tmp_path), "--json", "--svg", str(svg)]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["phases"][0]["name"] == "step" and set(doc["ranks"]) == {"0", "1"}
+    assert svg.read_text().startswith("<svg")
+
+    (tmp_path / "broken.trace.json").write_text("{")
+    assert summary_cli([str(tmp_path)]) == 1
+    out, err = capsys.readouterr()
+    assert "broken.trace.json" in err and "update_actor" in out  # the rest still summarised
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert summary_cli([str(empty)]) == 1
+    assert "no traces found" in capsys.readouterr().err
+    assert summary_cli([os.fspath(tmp_path / "missing")]) == 1
+    assert "no such file" in capsys.readouterr().err
