@@ -9,6 +9,7 @@ Each command lives with the feature it serves and is imported only when chosen, 
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from typing import Callable
 
@@ -43,4 +44,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     module, func, _ = entry
     command: Callable[[list[str]], int] = getattr(importlib.import_module(module), func)
-    return command(args[1:])
+    try:
+        return command(args[1:])
+    except BrokenPipeError:
+        # The reader went away (`... | head`): stop quietly, as Unix tools do. Pointing stdout at
+        # devnull keeps the interpreter's final flush from raising again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141

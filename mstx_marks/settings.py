@@ -24,7 +24,7 @@ import os
 import sys
 import threading
 import warnings
-from collections.abc import Iterable
+from collections.abc import Hashable, Iterable
 from typing import Any, Callable, Union
 
 from . import backends
@@ -82,19 +82,27 @@ class _Settings:
         self.include: frozenset[str] | None = None
         self.exclude: frozenset[str] = frozenset()
         self.ranks: frozenset[int] | None = None
-        self.emitters: dict[int, Emitter] = {}
+        self.emitters: dict[Hashable, Emitter] = {}
         # id of each current backend call -> its backend, so a fault names the right backend.
         self.owners: dict[int, Backend] = {}
 
 
 _settings = _Settings()
-_gates: dict[tuple[str, int], Gate] = {}
+_gates: dict[tuple[str, Hashable], Gate] = {}
 #: Host-only gates by domain (None is the default domain): the lookup ``mark()`` makes per use.
 host_gates: dict[str | None, Gate] = {}
 
 
-def _stream_key(stream: Stream) -> int:
-    return 0 if stream is None else 1 if stream == "current" else id(stream)
+def _stream_key(stream: Stream) -> Hashable:
+    """Streams key by value: torch_npu's ``current_stream()`` returns a new but equal object on
+    every call, and one gate per object would grow without bound. Unhashable ones key by id."""
+    if stream is None or isinstance(stream, str):
+        return stream
+    try:
+        hash(stream)
+    except TypeError:
+        return ("id", id(stream))
+    return ("stream", stream)
 
 
 def gate(domain: str | None, stream: Stream = None) -> Gate:

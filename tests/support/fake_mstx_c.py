@@ -43,7 +43,16 @@ class _StreamBase:
 
 
 class Stream(_StreamBase):
-    """Stands in for ``torch_npu.npu.streams.Stream``."""
+    """Stands in for ``torch_npu.npu.streams.Stream``, which compares and hashes by value."""
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Stream) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def _key(self) -> tuple[int, int, int]:
+        return (self.stream_id, self.device_index, self.device_type)
 
 
 class SyncLaunchStream(_StreamBase):

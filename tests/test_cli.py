@@ -1,0 +1,51 @@
+"""``python -m mstx_marks``: dispatch, usage errors, and a closed pipe."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from mstx_marks.cli import COMMANDS, main
+
+
+def test_help_lists_every_command(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert all(f"  {name}" in out for name in COMMANDS)
+
+
+def test_no_command_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([]) == 2
+    assert "usage: python -m mstx_marks COMMAND" in capsys.readouterr().out
+
+
+def test_unknown_command_names_it(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["phasez"]) == 2
+    assert "unknown command 'phasez'" in capsys.readouterr().err
+
+
+def test_dispatches_to_the_command(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["phases"]) == 0
+    assert capsys.readouterr().out.split()[:4] == ["name", "domain", "framework", "aliases"]
+
+
+def test_a_closed_pipe_ends_quietly() -> None:
+    # `python -m mstx_marks phases | head -1`: the reader leaves after one line.
+    # The child writes far more than a pipe holds, so it must meet the closed pipe.
+    child = (
+        "import sys; from mstx_marks.cli import main;"
+        "sys.exit(max(main(['phases']) for _ in range(3000)))"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", child],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.readline()
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 141
+    assert "Traceback" not in err, err
