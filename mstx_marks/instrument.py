@@ -24,12 +24,13 @@ so call a preset in every process that should be traced: in a Ray job, for examp
 from __future__ import annotations
 
 import difflib
+import functools
 import importlib
 import threading
 import warnings
 from collections.abc import Sequence
 from types import ModuleType, TracebackType
-from typing import Any, NamedTuple, Union
+from typing import Any, Callable, NamedTuple, Union
 
 from .names import check_name, fit_name
 from .phases import (
@@ -45,7 +46,7 @@ from .phases import (
     VLLM_ONE_STEP,
     Phase,
 )
-from .ranges import Mark, _target_name, _wrap_target, mark
+from .ranges import _target_name, _wrap, mark, rewrap
 from .sampling import Policy
 
 __all__ = [
@@ -56,6 +57,7 @@ __all__ = [
     "instrument_sglang",
     "instrument_verl",
     "instrument_vllm",
+    "replace",
 ]
 
 #: A class, a module, any object with attributes, or an import path "package.module:Class".
@@ -235,33 +237,63 @@ def instrument(
     (('mstx_marks.instrument:Engine.step', 'already instrumented'),)
     >>> handle.undo()
     """
-    names = _attr_names(attrs)
     if name is not None and not isinstance(name, Phase):
         check_name(name)
+
+    def wrap(owner: object, attr: str, raw: Any) -> Any:
+        if name is not None:
+            site_name: str | Phase = name
+        elif isinstance(owner, type):
+            site_name = fit_name(f"{owner.__qualname__}.{attr}")
+        else:
+            site_name = fit_name(_target_name(raw))
+        # One site per attribute: each target gets its own sampling counter.
+        site = mark(site_name, domain=domain, stream=stream, sample=sample)
+        return rewrap(raw, functools.partial(_wrap, site=site))
+
+    return replace(target, attrs, wrap)
+
+
+def replace(
+    target: Target,
+    attrs: str | Sequence[str],
+    wrap: Callable[[object, str, Any], Any],
+    *,
+    again: bool = False,
+) -> Instrumented:
+    """Replace each attribute of ``target`` by ``wrap(owner, attr, stored)``; undo restores it.
+
+    The mechanism under :func:`instrument`, for other wrappers (``profiler.capture_steps``).
+    ``stored`` is the attribute as stored (a staticmethod stays one; for an instance or module,
+    what ``getattr`` gives). Attributes already replaced by a live patch are skipped unless
+    ``again``. All or nothing: a missing or non-function attribute, or a failing ``wrap``,
+    leaves ``target`` untouched.
+
+    >>> class Engine:
+    ...     def step(self):
+    ...         return 1
+    >>> with replace(Engine, "step", lambda owner, attr, raw: lambda self: raw(self) + 1):
+    ...     Engine().step()
+    2
+    >>> Engine().step()
+    1
+    """
+    names = _attr_names(attrs)
     owner, label = _resolve(target)
     with _lock:
-        plan: list[tuple[str, Any, bool, Mark]] = []
+        plan: list[tuple[str, Any, bool]] = []
         skipped: list[tuple[str, str]] = []
         for attr in names:
             raw, owned = _stored(owner, label, attr)
             _check_patchable(raw, label, attr)
-            if id(raw) in _live:  # a live patch keeps its wrapper, so the id is unique
+            if not again and id(raw) in _live:  # a live patch keeps its wrapper: ids are unique
                 skipped.append((f"{label}.{attr}", "already instrumented"))
-                continue
-            if name is not None:
-                site_name: str | Phase = name
-            elif isinstance(owner, type):
-                site_name = fit_name(f"{owner.__qualname__}.{attr}")
             else:
-                site_name = fit_name(_target_name(raw))
-            # One site per attribute: each target gets its own sampling counter.
-            plan.append(
-                (attr, raw, owned, mark(site_name, domain=domain, stream=stream, sample=sample))
-            )
+                plan.append((attr, raw, owned))
         patches: list[_Patch] = []
         try:
-            for attr, raw, owned, site in plan:
-                wrapped = _wrap_target(raw, site)
+            for attr, raw, owned in plan:
+                wrapped = wrap(owner, attr, raw)
                 setattr(owner, attr, wrapped)
                 patches.append(_Patch(owner, attr, raw, wrapped, owned, f"{label}.{attr}"))
                 _live[id(wrapped)] = patches[-1]

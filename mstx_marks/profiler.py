@@ -17,12 +17,13 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
-import types
 import warnings
 from collections.abc import Iterable, Sequence
 from typing import Any, Callable, Dict, List, Optional, Union
 
+from .instrument import replace
 from .names import check_domain
+from .ranges import rewrap
 
 __all__ = [
     "AIC_METRICS",
@@ -339,12 +340,12 @@ def build_profiler(
 class CaptureHandle:
     """What :func:`capture_steps` returns: ``stop()`` (or leaving a ``with``) ends the capture."""
 
-    def __init__(self, profiler: Any, total: int, restore: Callable[[], None]) -> None:
+    def __init__(self, profiler: Any, total: int) -> None:
         self.profiler = profiler
         self.total = total
         self.calls = 0
         self.done = False
-        self._restore = restore
+        self._restore: Callable[[], None] = lambda: None
         self._started = False
 
     def _before(self) -> None:
@@ -423,44 +424,27 @@ def capture_steps(
     )
     total = skip_first + (wait + warmup + active) * repeat
 
-    own = vars(target).get(name, _MISSING) if hasattr(target, "__dict__") else _MISSING
-    raw = own if own is not _MISSING else inspect.getattr_static(target, name)
-    func = getattr(raw, "__func__", raw)
-    if not callable(func):
-        raise TypeError(f"{target!r}.{name} is not callable")
-
-    def restore() -> None:
-        if own is _MISSING:
-            delattr(target, name)
-        else:
-            setattr(target, name, own)
-
-    handle = CaptureHandle(prof, total, restore)
+    handle = CaptureHandle(prof, total)
     from torch.profiler import record_function
 
-    inner = func if isinstance(target, type) else getattr(target, name)
+    def step(inner: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(inner)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if handle.done:
+                return inner(*args, **kwargs)
+            handle._before()
+            try:
+                with record_function(f"{label}#{handle.calls}"):
+                    result = inner(*args, **kwargs)
+            except BaseException:
+                handle.stop()
+                raise
+            handle._after()
+            return result
 
-    @functools.wraps(inner)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        if handle.done:
-            return inner(*args, **kwargs)
-        handle._before()
-        try:
-            with record_function(f"{label}#{handle.calls}"):
-                result = inner(*args, **kwargs)
-        except BaseException:
-            handle.stop()
-            raise
-        handle._after()
-        return result
+        return wrapper
 
-    replacement: Any = wrapper
-    if isinstance(target, type) and isinstance(raw, (staticmethod, classmethod)):
-        replacement = type(raw)(wrapper)
-    elif isinstance(target, type) and not isinstance(raw, types.FunctionType):
-        raise TypeError(f"{target.__name__}.{name} is not a plain function or static/classmethod")
-    setattr(target, name, replacement)
+    # again=True: a target already instrumented with ranges is captured with its ranges.
+    patch = replace(target, name, lambda owner, attr, raw: rewrap(raw, step), again=True)
+    handle._restore = patch.undo
     return handle
-
-
-_MISSING: Any = object()

@@ -153,13 +153,17 @@ def _wrap(func: Callable[..., Any], site: Mark) -> Callable[..., Any]:
     return wrapper
 
 
-def _wrap_target(target: F, site: Mark) -> F:
-    """Wrap a function, or the function inside a staticmethod/classmethod, keeping its kind."""
+def rewrap(target: F, wrap: Callable[[Callable[..., Any]], Callable[..., Any]]) -> F:
+    """``wrap`` a function, or the function inside a staticmethod/classmethod, keeping its kind.
+
+    >>> rewrap(staticmethod(len), lambda f: f).__func__ is len
+    True
+    """
     if isinstance(target, (staticmethod, classmethod)):
-        return type(target)(_wrap(target.__func__, site))  # type: ignore[return-value,unused-ignore]
+        return type(target)(wrap(target.__func__))  # type: ignore[return-value,unused-ignore]
     if not callable(target):
-        raise TypeError(f"mstx_range/mark can decorate a function or method, not {target!r}")
-    return _wrap(target, site)  # type: ignore[return-value]
+        raise TypeError(f"can only wrap a function or method, not {target!r}")
+    return wrap(target)  # type: ignore[return-value]
 
 
 def _target_name(target: Any) -> str:
@@ -268,7 +272,7 @@ class Mark:
                 fault(end, exc)
 
     def __call__(self, func: F) -> F:
-        return _wrap_target(func, self)
+        return rewrap(func, functools.partial(_wrap, site=self))
 
     def __reduce__(self) -> tuple[Callable[..., Mark], tuple[Any, ...]]:
         return (_rebuild, (self.name, self.domain, self._gate.stream, self._sample))
@@ -373,7 +377,7 @@ def mstx_range(
 
         def by_qualname(func: Any) -> Any:
             site = Mark(fit_name(_target_name(func)), domain=domain, stream=stream, sample=sample)
-            return _wrap_target(func, site)
+            return rewrap(func, functools.partial(_wrap, site=site))
 
         return by_qualname if target is None else by_qualname(target)
     if not isinstance(name, Phase):
