@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pickle
 import threading
-import timeit
 from typing import Any, Callable
 
 import pytest
@@ -205,31 +204,3 @@ def test_pickled_targets_restart_their_counter(recorder: mstx_marks.Recorder) ->
     stream = every(3).decisions()
     next(stream)
     assert [next(pickle.loads(pickle.dumps(stream))) for _ in range(2)] == [True, True]
-
-
-# --- cost -----------------------------------------------------------------------------------
-
-
-def _ns_per_call(func: Callable[[], None], number: int = 20_000) -> float:
-    return min(timeit.repeat(func, number=number, repeat=7)) / number * 1e9
-
-
-@pytest.mark.parametrize("policy", [every(10**9), window(10**12, 10**12 + 1)])
-def test_a_sampled_out_call_costs_about_a_disabled_range(
-    policy: Policy, recorder: mstx_marks.Recorder
-) -> None:
-    def body() -> None:
-        pass
-
-    sampled_out = mstx_range("hot", sample=policy)(body)
-    sampled_out()  # index 0 of every(n) is marked; later calls are sampled out
-    plain = mstx_range("hot")(body)
-    out_ns = _ns_per_call(sampled_out)
-    configure(enabled=False)
-    disabled_ns = _ns_per_call(plain)
-    configure(enabled=True)
-    on_ns = _ns_per_call(plain)
-    # Measured here: 130-155 ns sampled out, 120 ns disabled, 1000 ns recorded. The bound
-    # leaves room for noisy CI machines while still failing if sampling did real work.
-    assert out_ns < 1.6 * disabled_ns + 30, (out_ns, disabled_ns)
-    assert out_ns < on_ns, (out_ns, on_ns)
