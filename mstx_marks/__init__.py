@@ -9,7 +9,7 @@
 from .backends.record import RangeRecord, Recorder, default_recorder
 from .names import DEFAULT_DOMAIN, MAX_NAME_BYTES
 from .phases import Phase
-from .ranges import Mark, instant, mark, mstx_range
+from .ranges import Mark, Range, instant, mark, mstx_range
 from .sampling import every, first, window
 from .settings import configure, current_backend, is_active
 
@@ -18,6 +18,7 @@ __all__ = [
     "MAX_NAME_BYTES",
     "Mark",
     "Phase",
+    "Range",
     "RangeRecord",
     "Recorder",
     "configure",

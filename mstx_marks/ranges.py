@@ -30,7 +30,7 @@ from .phases import Phase
 from .sampling import Decisions, Policy
 from .settings import Gate, fault, gate, host_gates
 
-__all__ = ["Mark", "instant", "mark", "mstx_range"]
+__all__ = ["Mark", "Range", "instant", "mark", "mstx_range", "rewrap"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 Name = Union[str, Phase]
@@ -274,11 +274,38 @@ class Mark:
     def __call__(self, func: F) -> F:
         return rewrap(func, functools.partial(_wrap, site=self))
 
+    def start(self) -> Range:
+        """Start one range now and return it; its :meth:`Range.end` may run anywhere later.
+
+        For code that cannot wrap a block, such as a module's forward pre- and post-hooks:
+
+        >>> from mstx_marks import configure
+        >>> configure(backend="record")
+        >>> r = mark("forward").start()
+        >>> r.end()
+        """
+        end, handle = _begin(self._decide, self._gate, self.name, self.domain)
+        return Range(end, handle, self.domain)
+
     def __reduce__(self) -> tuple[Callable[..., Mark], tuple[Any, ...]]:
         return (_rebuild, (self.name, self.domain, self._gate.stream, self._sample))
 
     def __repr__(self) -> str:
         return f"Mark({self.name!r}, domain={self.domain!r})"
+
+
+class Range:
+    """One range started by :meth:`Mark.start`; ``end()`` ends it once, later calls do nothing."""
+
+    __slots__ = ("_domain", "_end", "_handle")
+
+    def __init__(self, end: EndFn | None, handle: Any, domain: str) -> None:
+        self._end, self._handle, self._domain = end, handle, domain
+
+    def end(self) -> None:
+        """End the range (from any thread); a second call does nothing."""
+        handle, self._handle = self._handle, 0
+        _end(self._end, handle, self._domain)  # type: ignore[arg-type]
 
 
 def _rebuild(name: str, domain: str, stream: object, sample: Policy | None) -> Mark:

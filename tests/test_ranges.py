@@ -984,3 +984,33 @@ def test_spawned_child_runs_and_records(monkeypatch: pytest.MonkeyPatch) -> None
     assert pid != os.getpid()
     assert recs == [("child_work", "verl", "range", True, pid)]
     assert not default_recorder().records()  # nothing ran here
+
+
+def test_start_and_end_from_different_functions_pair_while_nested(tape: Tape) -> None:
+    # What forward pre/post hooks need, and what __enter__/__exit__ cannot give (test above).
+    m = mark("hooks")
+    open_ranges: list[Any] = []
+
+    def pre_hook() -> None:
+        open_ranges.append(m.start())
+
+    def post_hook() -> None:
+        open_ranges.pop().end()
+
+    with m:
+        pre_hook()
+        b = tape.tick()
+        post_hook()
+        c = tape.tick()
+    outer, inner = sorted(tape.ranges.values(), key=lambda r: r.start)
+    assert inner.start < b < inner.end < c < outer.end  # type: ignore[operator]
+
+
+def test_a_started_range_ends_once_from_another_thread(tape: Tape) -> None:
+    r = mark("handed_over", domain="verl").start()
+    worker = threading.Thread(target=r.end)
+    worker.start()
+    worker.join()
+    r.end()  # a second end does nothing
+    (only,) = tape.ranges.values()
+    assert only.domain == only.end_domain == "verl" and only.ends == 1
