@@ -134,7 +134,8 @@ def _wrap(func: Callable[..., Any], site: Mark) -> Callable[..., Any]:
     # Python calls per call would cost about half again the whole wrapper (benchmarks/overhead.py).
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        if (decide is not None and not next(decide)) or (start := gate.start) is None:
+        start = gate.start
+        if start is None:
             return func(*args, **kwargs)
         end = gate.end
         try:
@@ -150,7 +151,18 @@ def _wrap(func: Callable[..., Any], site: Mark) -> Callable[..., Any]:
                 except Exception as exc:
                     fault(end, exc)
 
-    return wrapper
+    if decide is None:
+        return wrapper
+
+    # Sampling sits in front of the range wrapper: unsampled functions pay nothing for it, and
+    # a sampled-out call costs one decision.
+    @functools.wraps(func)
+    def sampled(*args: Any, **kwargs: Any) -> Any:
+        if next(decide):
+            return wrapper(*args, **kwargs)
+        return func(*args, **kwargs)
+
+    return sampled
 
 
 def rewrap(target: F, wrap: Callable[[Callable[..., Any]], Callable[..., Any]]) -> F:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import itertools
 import operator
-from typing import Any, Callable, Iterator, SupportsIndex
+from typing import Any, Callable, Iterable, Iterator, SupportsIndex
 
 __all__ = ["Decisions", "Policy", "every", "first", "window"]
 
@@ -41,9 +41,11 @@ class Policy:
 
     __slots__ = ("_make", "_rebuild", "_text")
 
+    # ``make`` returns the segments of the stream; one chain over them, not a chain of chains,
+    # keeps each decision a single C-level hop.
     def __init__(
         self,
-        make: Callable[[], Iterator[bool]],
+        make: Callable[[], tuple[Iterable[bool], ...]],
         text: str,
         rebuild: tuple[Callable[..., Policy], tuple[Any, ...]] | None = None,
     ) -> None:
@@ -60,13 +62,16 @@ class Policy:
 
     def decisions(self) -> Decisions:
         """A fresh per-target stream: the i-th ``next()`` says whether call i is marked."""
-        stream = Decisions(self._make())
+        stream = Decisions(*self._make())
         stream.policy = self
         return stream
 
     def indices(self, calls: int) -> list[int]:
         """The indices among the first ``calls`` calls that this policy marks."""
-        return [i for i, keep in zip(range(calls), self._make()) if keep]
+        return [i for i, keep in zip(range(calls), self._stream()) if keep]
+
+    def _stream(self) -> Iterator[bool]:
+        return itertools.chain(*self._make())
 
     def __and__(self, other: Policy) -> Policy:
         return _combine(operator.and_, self, other, "&")
@@ -82,7 +87,9 @@ def _combine(op: Callable[[bool, bool], bool], a: Policy, b: Policy, sym: str) -
     if not isinstance(b, Policy):
         raise TypeError(f"cannot combine a sampling policy with {b!r}")
     return Policy(
-        lambda: map(op, a._make(), b._make()), f"({a!r} {sym} {b!r})", (_combine, (op, a, b, sym))
+        lambda: (map(op, a._stream(), b._stream()),),
+        f"({a!r} {sym} {b!r})",
+        (_combine, (op, a, b, sym)),
     )
 
 
@@ -103,17 +110,18 @@ def every(n: int) -> Policy:
     ValueError: every(n): n must be >= 1, got 0
     """
     n = _count(n, "every(n): n", 1)
-    make: Callable[[], Iterator[bool]]
+    make: Callable[[], tuple[Iterable[bool], ...]]
     if n <= _CYCLE_MAX:
         pattern = (True,) + (False,) * (n - 1)
 
-        def make() -> Iterator[bool]:
-            return itertools.cycle(pattern)
+        def make() -> tuple[Iterable[bool], ...]:
+            return (itertools.cycle(pattern),)
     else:
         # A cycled pattern holds n items (8 GB for every(10**9)); counting positions within each
         # period from a reiterable range holds none, for about 15 ns more per decision.
-        def make() -> Iterator[bool]:
-            return map(operator.not_, itertools.chain.from_iterable(itertools.repeat(range(n))))
+        def make() -> tuple[Iterable[bool], ...]:
+            positions = itertools.chain.from_iterable(itertools.repeat(range(n)))
+            return (map(operator.not_, positions),)
 
     return Policy(make, f"every({n})", (every, (n,)))
 
@@ -126,7 +134,7 @@ def first(k: int) -> Policy:
     """
     k = _count(k, "first(k): k", 0)
     return Policy(
-        lambda: itertools.chain(itertools.repeat(True, k), itertools.repeat(False)),
+        lambda: (itertools.repeat(True, k), itertools.repeat(False)),
         f"first({k})",
         (first, (k,)),
     )
@@ -147,7 +155,7 @@ def window(start: int, stop: int) -> Policy:
             f"window(start, stop): stop must be > start, got start={start}, stop={stop}"
         )
     return Policy(
-        lambda: itertools.chain(
+        lambda: (
             itertools.repeat(False, start),
             itertools.repeat(True, stop - start),
             itertools.repeat(False),
