@@ -23,13 +23,13 @@ import timeit
 import tracemalloc
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
+from typing import Any, Union
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 import mstx_marks  # noqa: E402
-from mstx_marks import Phase, configure, mark, mstx_range, window  # noqa: E402
+from mstx_marks import Phase, configure, current_backend, mark, mstx_range, window  # noqa: E402
 from mstx_marks.backends.record import Recorder  # noqa: E402
 
 STAND_IN = operator.is_not  # a C builtin: f(a, b) -> True (== 1), like _range_start_on_host
@@ -90,7 +90,14 @@ def _real_torch_npu(stack: ExitStack) -> Any:
     return env.mstx
 
 
-def build_rows(stack: ExitStack) -> tuple[dict[str, tuple[str, str]], dict[str, Any]]:
+#: (statement, reference row[, setup]); the setup picks the settings the row runs under.
+Row = Union[tuple[str, str], tuple[str, str, str]]
+ON = "configure(enabled=True, backend=fast_path)"
+OFF = "configure(enabled=False)"
+RECORD = "configure(enabled=True, backend=recorder); recorder.clear()"
+
+
+def build_rows(stack: ExitStack, number: int) -> tuple[dict[str, Row], dict[str, Any]]:
     """Rows as name -> (statement, reference row); and the namespace the statements run in."""
     npu_mstx = _real_torch_npu(stack)
     if npu_mstx is None:  # still measure our side over a bare stand-in module tree
@@ -102,6 +109,10 @@ def build_rows(stack: ExitStack) -> tuple[dict[str, tuple[str, str]], dict[str, 
         )  # type: ignore[attr-defined]
         fake.npu = types.SimpleNamespace(mstx=None, is_available=lambda: True)  # type: ignore[attr-defined]
         stack.enter_context(_patched_modules({"torch_npu": fake}))
+    from mstx_marks.backends.mstx import MstxBackend
+
+    wrapper_path = MstxBackend()
+    wrapper_path.degrade()  # what the backend falls back to: torch_npu's public wrapper
     configure(backend="mstx", exclude=["filtered"])
     phase = Phase("update_actor")
     ns: dict[str, Any] = {
@@ -116,8 +127,11 @@ def build_rows(stack: ExitStack) -> tuple[dict[str, tuple[str, str]], dict[str, 
         "dec_filtered": mstx_range("x", domain="filtered")(_noop),
         "dec_sampled_out": mstx_range("x", sample=window(10**12, 10**12 + 1))(_noop),
         "configure": configure,
+        "fast_path": current_backend(),
+        "wrapper_path": wrapper_path,
+        "recorder": Recorder(capacity=number + 1),
     }
-    rows: dict[str, tuple[str, str]] = {
+    rows: dict[str, Row] = {
         "floor: bare call": ("noop()", "floor: bare call"),
         "floor: pass-through wrapper": ("passthrough()", "floor: bare call"),
         "floor: try/finally + 2 C calls": ("try_finally()", "floor: bare call"),
@@ -126,10 +140,17 @@ def build_rows(stack: ExitStack) -> tuple[dict[str, tuple[str, str]], dict[str, 
         "@mstx_range(PHASE) on": ("dec_phase()", "floor: try/finally + 2 C calls"),
         "@mstx_range filtered": ("dec_filtered()", "floor: pass-through wrapper"),
         "@mstx_range sampled out": ("dec_sampled_out()", "floor: pass-through wrapper"),
-        "@mstx_range disabled": ("dec_on()", "floor: pass-through wrapper"),
+        "@mstx_range disabled": ("dec_on()", "floor: pass-through wrapper", OFF),
+        "@mstx_range on, public wrapper": (
+            "dec_on()",
+            "@mstx_range on",
+            "configure(enabled=True, backend=wrapper_path)",
+        ),
+        "@mstx_range on, record": ("dec_on()", "@mstx_range on", RECORD),
         "with mark('x') on": ("with mark('x'): pass", "floor: __slots__ CM per use"),
         "with mark(PHASE) on": ("with mark(PHASE): pass", "floor: __slots__ CM per use"),
-        "with mark('x') disabled": ("with mark('x'): pass", "floor: __slots__ CM per use"),
+        "with mark('x') disabled": ("with mark('x'): pass", "floor: __slots__ CM per use", OFF),
+        "with mark('x') on, record": ("with mark('x'): pass", "with mark('x') on", RECORD),
     }
     if npu_mstx is not None:
         ns["npu_mstx"] = npu_mstx
@@ -188,13 +209,15 @@ class _patched_modules:
 
 
 def time_rows(
-    rows: dict[str, tuple[str, str]], ns: dict[str, Any], rounds: int, number: int
+    rows: dict[str, Row], ns: dict[str, Any], rounds: int, number: int
 ) -> dict[str, list[float]]:
-    """Nanoseconds per call of every row, one figure per round, rows shuffled each round."""
-    # Rows named "disabled" switch the library off around their own timing only.
+    """Nanoseconds per call of every row, one figure per round, rows shuffled each round.
+
+    Each row's settings are applied by its setup, before its own timing only.
+    """
     timers = {
-        name: timeit.Timer(stmt, f"configure(enabled={'disabled' not in name})", globals=ns)
-        for name, (stmt, _) in rows.items()
+        name: timeit.Timer(row[0], row[2] if len(row) > 2 else ON, globals=ns)
+        for name, row in rows.items()
     }
     out: dict[str, list[float]] = {name: [] for name in rows}
     order = list(rows)
@@ -205,13 +228,11 @@ def time_rows(
     return out
 
 
-def ratios(
-    rows: dict[str, tuple[str, str]], ns_per_call: dict[str, list[float]]
-) -> dict[str, float]:
+def ratios(rows: dict[str, Row], ns_per_call: dict[str, list[float]]) -> dict[str, float]:
     """Median over rounds of each row's ratio to its reference row in the same round."""
     return {
         name: statistics.median(a / b for a, b in zip(ns_per_call[name], ns_per_call[ref]))
-        for name, (_, ref) in rows.items()
+        for name, (_, ref, *_setup) in rows.items()
     }
 
 
@@ -291,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     rounds, number, ranges_n = (3, 20_000, 100_000) if args.quick else (15, 100_000, 1_000_000)
     with ExitStack() as stack:
-        rows, ns = build_rows(stack)
+        rows, ns = build_rows(stack, number)
         per_call = time_rows(rows, ns, rounds, number)
     rel = ratios(rows, per_call)
     rec = recorder_costs(ranges_n)
@@ -300,7 +321,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{rounds} rounds x {number} calls; ratio = median of per-round ratios"
     )
     print(f"{'row':34} {'ns/call':>9} {'ratio':>7}  reference")
-    for name, (_, ref) in rows.items():
+    for name, (_, ref, *_setup) in rows.items():
         print(f"{name:34} {statistics.median(per_call[name]):9.1f} {rel[name]:7.2f}  {ref}")
     print(
         f"\nrecorder: {rec['bytes_per_range']:.1f} bytes/range over {ranges_n} ranges; "

@@ -32,6 +32,16 @@ _MASK = _CHUNK - 1
 _OPEN = 0  # end column value of a range that has not ended
 _INSTANT = -1  # end column value of an instant event
 _get_tid = threading.get_native_id
+# The native thread id is a system call (~200 ns); each thread asks once and keeps it here.
+_tls = threading.local()
+
+
+def _forget_thread_ids() -> None:
+    global _tls
+    _tls = threading.local()  # a forked child's thread has a new id
+
+
+os.register_at_fork(after_in_child=_forget_thread_ids)
 
 
 class RangeRecord(NamedTuple):
@@ -88,12 +98,7 @@ class Recorder(Backend):
         """How many ranges and instants were not recorded because the recorder was full."""
         return self._dropped
 
-    def _key(self, name: str, domain: str) -> int:
-        names = self._key_of.get(domain)
-        if names is not None:
-            key = names.get(name)
-            if key is not None:
-                return key
+    def _new_key(self, name: str, domain: str) -> int:
         with self._lock:
             names = self._key_of.setdefault(domain, {})
             key = names.get(name)
@@ -106,14 +111,16 @@ class Recorder(Backend):
         with self._lock:
             while len(self._starts) <= chunk:
                 zeros = bytes(8 * _CHUNK)
-                # _slot checks len(self._starts) without the lock: the other columns must have
-                # their chunk before _starts gets it, or a concurrent _slot indexes past them.
+                # range_start checks len(self._starts) without the lock: the other columns must
+                # have their chunk before _starts gets it, or a concurrent start indexes past them.
                 self._ends.append(array("q", zeros))
                 self._keys.append(array("I", bytes(4 * _CHUNK)))
                 self._tids.append(array("q", zeros))
                 self._starts.append(array("q", zeros))
 
-    def _slot(self, name: str, domain: str, end: int) -> int:
+    # The hot path of the recorder: one Python frame per range start, no lock.
+    def range_start(self, name: str, domain: str, _end: int = _OPEN) -> int:
+        """Open a range; the returned id (>= 1, or 0 when full) goes to :meth:`range_end`."""
         i = next(self._next)
         if i >= self.capacity:
             with self._lock:
@@ -123,15 +130,17 @@ class Recorder(Backend):
         if chunk >= len(self._starts):
             self._grow(chunk)
         off = i & _MASK
-        self._tids[chunk][off] = _get_tid()
-        self._ends[chunk][off] = end
+        try:
+            tid = _tls.tid
+        except AttributeError:
+            tid = _tls.tid = _get_tid()
+        self._tids[chunk][off] = tid
+        self._ends[chunk][off] = _end
         self._starts[chunk][off] = time_ns()
-        self._keys[chunk][off] = self._key(name, domain)
+        names = self._key_of.get(domain)
+        key = None if names is None else names.get(name)
+        self._keys[chunk][off] = self._new_key(name, domain) if key is None else key
         return i + 1
-
-    def range_start(self, name: str, domain: str) -> int:
-        """Open a range; the returned id (>= 1, or 0 when full) goes to :meth:`range_end`."""
-        return self._slot(name, domain, _OPEN)
 
     def range_end(self, range_id: int, domain: str) -> None:
         """Close a range opened by :meth:`range_start`, from any thread."""
@@ -141,7 +150,7 @@ class Recorder(Backend):
 
     def mark(self, name: str, domain: str) -> None:
         """Record an instant event."""
-        self._slot(name, domain, _INSTANT)
+        self.range_start(name, domain, _INSTANT)
 
     def emitter(self, stream: object) -> Emitter:
         return Emitter(self, self.range_start, self.range_end, self.mark)
