@@ -111,7 +111,13 @@ def test_bad_databases_are_errors_naming_the_file(
 
 
 def _msprof_analyze() -> str:
-    exe = os.environ.get("MSPROF_ANALYZE") or shutil.which("msprof-analyze")
+    # pip puts its script beside this interpreter, which need not be on PATH.
+    beside = Path(sys.executable).with_name("msprof-analyze")
+    exe = (
+        os.environ.get("MSPROF_ANALYZE")
+        or shutil.which("msprof-analyze")
+        or (str(beside) if beside.exists() else None)
+    )
     if exe is None:
         if os.environ.get("CI"):
             pytest.fail("msprof-analyze is not installed (pip install msprof-analyze==26.2.0)")
