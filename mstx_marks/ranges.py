@@ -254,7 +254,8 @@ class Mark:
         # The first entry keeps its range in a slot. Re-entries (nested, other threads, tasks,
         # generators) are keyed by the frame running the `with`, which is the same frame at exit.
         if self._rid is None and not self._more:
-            self._rid, self._end = handle, end
+            # `or 0`: a backend may say "not recorded" with None, which would free the slot.
+            self._rid, self._end = handle or 0, end
         else:
             self._overflow().setdefault(_entry_key(), []).append((handle, end))
         return self

@@ -10,6 +10,7 @@ import multiprocessing
 import pickle
 import threading
 import traceback
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -1014,3 +1015,36 @@ def test_a_started_range_ends_once_from_another_thread(tape: Tape) -> None:
     r.end()  # a second end does nothing
     (only,) = tape.ranges.values()
     assert only.domain == only.end_domain == "verl" and only.ends == 1
+
+
+def test_a_backend_saying_not_recorded_with_none_keeps_entries_paired() -> None:
+    # None is a falsy handle ("not recorded"); it must not look like a free slot to re-entries.
+    from mstx_marks.backends.base import Backend, Emitter
+
+    calls: list[tuple[str, Any]] = []
+    handles = iter([None, 7])
+
+    class Sometimes(Backend):
+        name = "sometimes"
+
+        def emitter(self, stream: object) -> Emitter:
+            def start(name: str, domain: str) -> Any:
+                handle = next(handles)
+                calls.append(("start", handle))
+                return handle
+
+            return Emitter(self, start, lambda h, d: calls.append(("end", h)), lambda n, d: None)
+
+    configure(backend=Sometimes())
+    m = mark("sometimes")
+
+    def other_flow() -> Iterator[None]:
+        with m:  # recorded as 7, entered while the first entry is open
+            yield
+
+    flow = other_flow()
+    with m:  # not recorded
+        next(flow)
+    calls.append(("first entry left", None))
+    next(flow, None)
+    assert calls == [("start", None), ("start", 7), ("first entry left", None), ("end", 7)]
