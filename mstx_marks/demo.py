@@ -45,6 +45,10 @@ __all__ = ["demo_cli"]
 _MARKER = ".mstx_marks_demo"
 _OWNED = ("ascend", "chrome", "trace.json", "timeline.svg")
 _VOCAB, _DIM, _PROMPT, _GROUP, _PROMPTS = 32, 32, 4, 4, 2
+_COLLECTIVE_TIMEOUT_S = 60
+# A stopped rank blocked in a collective runs its SIGTERM handler (which writes its files) only
+# once the collective times out; it is killed only if it is still there well after that.
+_STOP_GRACE_S = _COLLECTIVE_TIMEOUT_S + 15
 
 
 class _AlsoRecord(Backend):
@@ -91,7 +95,9 @@ def _worker(rank: int, world: int, steps: int, tokens: int, out: Path) -> None:
     backend = _choose_backend()
     torch.set_num_threads(1)
     torch.manual_seed(1234)  # the same initial weights on every rank, as DDP would broadcast
-    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=60))
+    dist.init_process_group(
+        "gloo", rank=rank, world_size=world, timeout=timedelta(seconds=_COLLECTIVE_TIMEOUT_S)
+    )
     dist.barrier()  # start the steps together: process start-up skew is not a phase
     gen = torch.Generator().manual_seed(rank)
 
@@ -200,14 +206,20 @@ def _run_ranks(args: argparse.Namespace, out: Path) -> int:
         cmd += ["--tokens", str(args.tokens), "--out", str(out)]
         procs.append(subprocess.Popen(cmd, env=dict(env, RANK=str(rank))))
     deadline = time.monotonic() + args.timeout
-    while any(p.poll() is None for p in procs):
+    # Poll every rank each round (not any(), which stops at the first one still running): the
+    # others wait in a collective for a rank that died, so only its exit code shows the failure.
+    while None in [p.poll() for p in procs]:
         failed = [r for r, p in enumerate(procs) if p.returncode not in (None, 0)]
         if failed or time.monotonic() > deadline:
             for p in procs:
                 if p.poll() is None:
                     p.terminate()  # SIGTERM: the worker still writes what it recorded
             for p in procs:
-                p.wait()
+                try:
+                    p.wait(timeout=_STOP_GRACE_S)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
             why = f"rank {failed[0]} failed" if failed else f"timed out after {args.timeout} s"
             print(f"error: demo {why}; see the output above", file=sys.stderr)
             return 1

@@ -120,6 +120,11 @@ def dynamic_profile_config(
             raise TypeError(f"{key} must be True or False, got {type(value).__name__} {value!r}")
     if async_mode and not analyse:
         raise ValueError("async_mode=True has no effect unless analyse=True")
+    if ranks is not None and analyse and not async_mode:
+        raise ValueError(
+            f"analyse=True with ranks={ranks!r} needs async_mode=True: torch_npu turns analysis "
+            "off on the listed ranks otherwise"
+        )
     rank_list: List[int] = []
     if ranks is not None:
         if isinstance(ranks, (int, str)):
@@ -165,8 +170,10 @@ def _write_atomically(target: Path, text: str) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.chmod(tmp, old.st_mode & 0o777 if old else 0o640)
-        if old is not None and int(os.stat(tmp).st_mtime) == int(old.st_mtime):
-            later = int(old.st_mtime) + 1  # torch_npu only notices a change of whole seconds
+        # torch_npu only notices a change of whole seconds, and may not have read the previous
+        # version yet: never go back to a second an earlier version may have had.
+        if old is not None and int(os.stat(tmp).st_mtime) <= int(old.st_mtime):
+            later = int(old.st_mtime) + 1
             os.utime(tmp, (later, later))
         os.replace(tmp, target)
     except BaseException:
@@ -203,7 +210,9 @@ def check_dynamic_profile_config(
         problems.append("activities must be a non-empty list of CPU, NPU")
     else:
         problems += [
-            f"activities: {a} is not CPU or NPU (dropped)" for a in acts if a not in _ACTIVITIES
+            f"activities: {a} is not CPU or NPU (dropped)"
+            for a in acts
+            if not isinstance(a, str) or a.upper() not in _ACTIVITIES
         ]
     for key in _TOP_BOOLS:
         if key in data and not isinstance(data[key], bool):
@@ -223,6 +232,10 @@ def check_dynamic_profile_config(
             )
         elif any(isinstance(r, bool) or not isinstance(r, int) or r < 0 for r in ranks):
             problems.append(f"rank_list {ranks!r} must hold ints >= 0 (others are dropped)")
+        if data.get("analyse") is True and data.get("async_mode") is not True:
+            problems.append(
+                "analyse is true with is_rank but async_mode is not: torch_npu turns analysis off"
+            )
     if data.get("async_mode") is True and data.get("analyse") is not True:
         problems.append("async_mode has no effect unless analyse is true")
     problems += _check_experimental(data.get("experimental_config"))
@@ -242,11 +255,18 @@ def _check_experimental(exp: Any) -> List[str]:
     elif exp.get("mstx") is not True:
         problems.append("experimental_config: mstx is not true: MSTX ranges are not collected")
     level = exp.get("profiler_level", "Level0")
+    if not isinstance(level, str) or level not in _LEVEL_WORDS:
+        # torch_npu looks the name up as written: "level1" is reset to Level0.
+        problems.append(
+            f"experimental_config: profiler_level {level!r} is not one of "
+            f"{', '.join(_LEVEL_WORDS)} (reset to Level0)"
+        )
+        level = "Level0"
     aic = exp.get("aic_metrics", "AiCoreNone")
     export = exp.get("export_type", "text")
     try:
         experimental_config(
-            level=_LEVEL_WORDS.get(level, str(level)),
+            level=_LEVEL_WORDS[level],
             export=export,
             include=exp.get("mstx_domain_include") or None,
             exclude=exp.get("mstx_domain_exclude") or None,

@@ -259,7 +259,8 @@ def profiler_schedule(
     import torch
 
     with warnings.catch_warnings():
-        # torch warns about warmup=0 (torch_npu does not); the choice is the caller's.
+        # torch warns about warmup=0 (torch_npu prints the same advice, which cannot be silenced
+        # here); the choice is the caller's.
         warnings.filterwarnings("ignore", message="Profiler won't be using warmup")
         return torch.profiler.schedule(**args)
 
@@ -350,8 +351,8 @@ class CaptureHandle:
 
     def _before(self) -> None:
         if not self._started:
-            self._started = True
             self.profiler.start()
+            self._started = True
 
     def _after(self) -> None:
         self.calls += 1
@@ -432,14 +433,16 @@ def capture_steps(
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             if handle.done:
                 return inner(*args, **kwargs)
-            handle._before()
             try:
+                # start() and step() are inside too: a failing trace handler must not leave the
+                # target patched with the profiler half-running.
+                handle._before()
                 with record_function(f"{label}#{handle.calls}"):
                     result = inner(*args, **kwargs)
+                handle._after()
             except BaseException:
                 handle.stop()
                 raise
-            handle._after()
             return result
 
         return wrapper

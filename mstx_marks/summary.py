@@ -10,9 +10,9 @@ time, and how unbalanced the ranks are (slowest total over fastest, and which ra
 >>> r = lambda name, s, e: RangeRecord(name, "default", s, e, 1, 1, "range")
 >>> traces = [RankTrace(0, [r("step", 0, 100), r("gen", 0, 40)]),
 ...           RankTrace(1, [r("step", 0, 100), r("gen", 0, 80)])]
->>> gen = summarize(traces).phases[1]  # "gen" is an alias (verl trainer timer)
+>>> gen = summarize(traces).phases[1]  # "gen" (verl's trainer timer) folds into its phase
 >>> gen.name, gen.overall.total_ns, gen.imbalance, gen.slowest_rank
-('gen', 120, 2.0, 1)
+('generate_sequences', 120, 2.0, 1)
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ checked as data as well as looked at.
 
 from __future__ import annotations
 
+import re
 import xml.etree.ElementTree as ET
 import zlib
 from pathlib import Path
@@ -37,6 +38,13 @@ _PALETTE = (
     "#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948",
     "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac", "#1f77b4", "#d62728",
 )  # fmt: skip
+# Characters XML 1.0 cannot hold (ElementTree writes them as they are, making the file unreadable);
+# range names may contain them, as may lone surrogates, which cannot even be encoded.
+_NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def _xml_text(text: str) -> str:
+    return _NOT_XML.sub("\ufffd", text)
 
 
 def _color(index: int, name: str) -> str:
@@ -97,14 +105,15 @@ def render_svg(
     colors: dict[str, str] = {}
     for _, bars in laid:
         for r, _ in bars:
-            colors.setdefault(name_of(r.name), _color(len(colors), name_of(r.name)))
+            name = _xml_text(name_of(r.name))
+            colors.setdefault(name, _color(len(colors), name))
 
     svg = ET.Element("svg", xmlns="http://www.w3.org/2000/svg", width=str(_WIDTH))
     ET.SubElement(svg, "style").text = (
         "text{font:12px sans-serif;fill:#222}.axis{stroke:#999}.step{stroke:#333;"
         "stroke-dasharray:4 3}rect.range{stroke:#fff;stroke-width:0.3}"
     )
-    ET.SubElement(svg, "text", x=str(_LEFT), y="22", style="font-size:15px").text = title
+    ET.SubElement(svg, "text", x=str(_LEFT), y="22", style="font-size:15px").text = _xml_text(title)
     y = _TOP
     for trace, bars in laid:
         lanes = 1 + max((depth for _, depth in bars), default=0)
@@ -115,7 +124,7 @@ def render_svg(
         ).text = f"rank {trace.rank}"
         for r, depth in bars:
             assert r.end_ns is not None  # from RankTrace.ranges
-            name = name_of(r.name)
+            name = _xml_text(name_of(r.name))
             bar = ET.SubElement(
                 row,
                 "rect",
@@ -134,7 +143,9 @@ def render_svg(
             )
             ET.SubElement(
                 bar, "title"
-            ).text = f"{r.name} (rank {trace.rank}): {(r.end_ns - r.start_ns) / 1e6:.3f} ms"
+            ).text = (
+                f"{_xml_text(r.name)} (rank {trace.rank}): {(r.end_ns - r.start_ns) / 1e6:.3f} ms"
+            )
         for i, (start, _) in enumerate(trace.steps, start=1):
             _line(row, "step", x(start), x(start), y - 4, y + height).set("data-step", str(i))
             label = ET.SubElement(row, "text", x=str(x(start) + 2), y=str(y - 1))

@@ -85,13 +85,24 @@ def _choices(values: object, what: str, allowed: Sequence[str]) -> List[str]:
     return out
 
 
+def _looks_typed(text: str) -> bool:
+    """Whether Hydra would read bare ``text`` as a bool, null or number instead of a string."""
+    if text.lower() in ("true", "false", "null", "inf", "+inf", "-inf", "nan"):
+        return True
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
 def _hydra(value: Union[bool, int, str, Sequence[Union[int, str]]]) -> str:
     if isinstance(value, bool):
         return "True" if value else "False"
     if isinstance(value, int):
         return str(value)
     if isinstance(value, str):
-        if _SAFE_VALUE.match(value):
+        if _SAFE_VALUE.match(value) and not _looks_typed(value):
             return value
         if "'" in value or "\\" in value:
             raise ValueError(f"path {value!r} must not contain a quote or a backslash")
@@ -174,7 +185,9 @@ def verl_overrides(
     if token_window is not None:
         if not rollout:
             raise ValueError(f"token_window {token_window!r} applies only to the rollout role")
-        if isinstance(token_window, (str, bytes)) or len(token_window) != 2:
+        if not isinstance(token_window, Sequence) or isinstance(token_window, (str, bytes)):
+            raise TypeError(f"token_window {token_window!r} must be (start, stop)")
+        if len(token_window) != 2:
             raise ValueError(f"token_window {token_window!r} must be (start, stop)")
         for bound in token_window:
             _ints([bound], "token_window", 0)
@@ -240,15 +253,33 @@ class VerlProblem(NamedTuple):
         return f"line {self.line}: {self.text}: {self.message}"
 
 
-_KEY = re.compile(r"(?P<prefix>[+~]{0,2})(?P<key>[A-Za-z_][\w\-]*(?:\.[\w\-]+)+)=(?P<value>.*)\Z")
+_KEY = re.compile(r"(?P<prefix>\+\+|\+)?(?P<key>[A-Za-z_][\w\-]*(?:\.[\w\-]+)+)=(?P<value>.*)\Z")
+# Hydra's deletion, ``~key`` or ``~key=value``: it sets nothing, so it is not checked as a value.
+_DELETE = re.compile(r"~[A-Za-z_][\w\-]*(?:\.[\w\-]+)+(?:=.*)?\Z")
+# Hydra's INT (a leading zero makes a string: ``01`` stays '01').
+_INT = re.compile(r"[+-]?(?:0|[1-9](?:_?[0-9])*)\Z")
 _COMMON = {"enable", "all_ranks", "ranks", "tool", "save_path", "relocate_results"}
 _COMMON |= {"finish_hook_cmd", "finish_hook_all_ranks", "finish_hook_ranks"}
 _GLOBAL = {"tool", "steps", "profile_continuous_steps", "save_path", "relocate_results"}
 _GLOBAL |= {"finish_hook_cmd", "finish_hook_all_ranks", "finish_hook_ranks"}
 _NPU = {"contents", "level", "analysis", "discrete"}
+_TOKEN_WINDOW = {"profile_token_start", "profile_token_end"}
 _BOOLS = {"enable", "all_ranks", "analysis", "discrete", "profile_continuous_steps"}
 _BOOLS |= {"relocate_results", "finish_hook_all_ranks"}
-_Value = Union[None, bool, int, float, str, List[object]]
+# Keys whose default is null: Hydra lets ``+key=value`` add those, and fails on every other key
+# verl already defines ("Could not append to config").
+_NULL_BY_DEFAULT = {"tool", "steps", "finish_hook_cmd", "profile_token_start", "profile_token_end"}
+
+
+class _FromShell:
+    """The value of an override taken from a shell variable: unknown until the script runs."""
+
+    def __repr__(self) -> str:
+        return "$..."
+
+
+_SHELL = _FromShell()
+_Value = Union[None, bool, int, float, str, List[object], _FromShell]
 _Report = Callable[[str], None]
 _JobReport = Callable[[int, str, str], None]
 
@@ -263,7 +294,7 @@ def _parse(text: str) -> _Value:
         return low == "true"
     if low == "null":
         return None
-    if re.fullmatch(r"[+-]?\d+", text):
+    if _INT.match(text):
         return int(text)
     if text.startswith("[") and text.endswith("]"):
         inner = text[1:-1].strip()
@@ -312,14 +343,25 @@ def check_verl_overrides(
     for line, text in items:
         m = _KEY.match(text)
         if m is None:
-            report(line, text, "not a key=value override")
+            if not _DELETE.match(text):
+                report(line, text, "not a key=value override")
             continue
         key, raw = m.group("key"), m.group("value")
         if "$" in raw:
+            # Known to be set, value unknown: the rules that need the value are skipped.
+            seen[key] = (line, text, _SHELL)
             continue
         value = _parse(raw)
         seen[key] = (line, text, value)
         _check_one(key, value, functools.partial(report, line, text))
+        leaf = key.rsplit(".", 1)[-1]
+        if m.group("prefix") == "+" and _is_verl_key(key) and leaf not in _NULL_BY_DEFAULT:
+            report(
+                line,
+                text,
+                f"'+' adds a new key but verl already sets {key!r}: Hydra fails with "
+                f"'Could not append to config'; drop the '+' (or use '++')",
+            )
     _check_job(seen, report)
     return sorted(problems, key=lambda p: p.line)
 
@@ -340,7 +382,7 @@ def _check_one(key: str, value: _Value, report: _Report) -> None:
             elif not value or any(_not_int(v) or v < 1 for v in value):  # type: ignore[operator]
                 report("steps must be a non-empty list of ints >= 1 (steps count from 1)")
         elif leaf in _BOOLS and not isinstance(value, bool):
-            report(f"must be True or False; verl keeps {value!r} as a string")
+            report(_not_bool(value))
         return
     role = next((r for r, p in ROLES.items() if key.startswith(p + ".")), None)
     if role is None:
@@ -358,7 +400,9 @@ def _check_one(key: str, value: _Value, report: _Report) -> None:
     if (npu is None and rest not in _COMMON) or (npu is not None and npu not in _NPU):
         report(f"unknown key {key!r} (verl's strict config rejects it)")
     elif leaf in _BOOLS and not isinstance(value, bool):
-        report(f"must be True or False; verl keeps {value!r} as a string")
+        report(_not_bool(value))
+    elif rest == "tool" and value not in TOOLS:
+        report(f"tool {value!r} is not one of {', '.join(TOOLS)}; verl silently disables it")
     elif rest == "ranks" and (
         not isinstance(value, list) or any(_not_int(v) or v < 0 for v in value)  # type: ignore[operator]
     ):
@@ -373,6 +417,24 @@ def _check_one(key: str, value: _Value, report: _Report) -> None:
 
 def _not_int(value: object) -> bool:
     return isinstance(value, bool) or not isinstance(value, int)
+
+
+def _not_bool(value: _Value) -> str:
+    kind = "a string" if isinstance(value, str) else "null" if value is None else "a number"
+    return f"must be True or False; verl keeps {value!r} as {kind}"
+
+
+def _is_verl_key(key: str) -> bool:
+    """Whether verl's profiler config already defines ``key`` (the checks know no other keys)."""
+    if key.startswith("global_profiler."):
+        return key[len("global_profiler.") :] in _GLOBAL
+    role = next((p for p in ROLES.values() if key.startswith(p + ".")), None)
+    if role is None:
+        return False
+    rest = key[len(role) + 1 :]
+    if rest.startswith("tool_config.npu."):
+        return rest[len("tool_config.npu.") :] in _NPU | _TOKEN_WINDOW
+    return rest in _COMMON
 
 
 def _check_job(seen: Dict[str, Tuple[int, str, _Value]], report: _JobReport) -> None:
@@ -401,7 +463,7 @@ def _check_job(seen: Dict[str, Tuple[int, str, _Value]], report: _JobReport) -> 
     if tool is None:
         report(*first, "global_profiler.tool is not set: verl profiles nothing")
     npu_keys = [k for k in seen if ".tool_config.npu." in k]
-    if tool is not None and tool != "npu" and npu_keys:
+    if tool not in (None, "npu", _SHELL) and npu_keys:
         report(
             *where(npu_keys[0]), f"tool_config.npu.* is ignored: global_profiler.tool is {tool!r}"
         )
@@ -410,7 +472,7 @@ def _check_job(seen: Dict[str, Tuple[int, str, _Value]], report: _JobReport) -> 
     npu = "tool_config.npu."
     if "rollout" in enabled:
         line = where(f"{ROLES['rollout']}.enable", f"{ROLES['actor']}.enable")
-        if role_get("rollout", npu + "discrete") is not True:
+        if role_get("rollout", npu + "discrete") not in (True, _SHELL):
             report(*line, "rollout profiling needs tool_config.npu.discrete=True")
         engine = get("actor_rollout_ref.rollout.name")
         if engine == "vllm":
@@ -424,10 +486,8 @@ def _check_job(seen: Dict[str, Tuple[int, str, _Value]], report: _JobReport) -> 
         stop = role_get("rollout", npu + "profile_token_end")
         if isinstance(start, int) and isinstance(stop, int) and stop <= start:
             report(*where(f"{ROLES['rollout']}.{npu}profile_token_end"), "needs end > start")
-    if "ref" in enabled and not (
-        get("actor_rollout_ref.actor.use_kl_loss") is True
-        or get("algorithm.use_kl_in_reward") is True
-    ):
+    kl = (get("actor_rollout_ref.actor.use_kl_loss"), get("algorithm.use_kl_in_reward"))
+    if "ref" in enabled and True not in kl and _SHELL not in kl:
         report(
             *where(f"{ROLES['ref']}.enable"),
             "ref is profiled only with a reference policy "
@@ -439,7 +499,7 @@ def _check_job(seen: Dict[str, Tuple[int, str, _Value]], report: _JobReport) -> 
         or (
             critic is None
             and "algorithm.adv_estimator" in seen
-            and get("algorithm.adv_estimator") != "gae"
+            and get("algorithm.adv_estimator") not in ("gae", _SHELL)
         )
     ):
         report(*where("critic.profiler.enable"), "no critic runs in this job (critic.enable / gae)")
@@ -541,9 +601,9 @@ def check_verl_cli(argv: Sequence[str]) -> int:
         args = ap.parse_args(list(argv))
     except SystemExit as exit_:
         return int(exit_.code or 0)
-    overrides = [a for a in args.inputs if _KEY.match(a)]
+    overrides = [a for a in args.inputs if _KEY.match(a) or _DELETE.match(a)]
     found = 0
-    for source in (a for a in args.inputs if not _KEY.match(a)):
+    for source in (a for a in args.inputs if a not in overrides):
         try:
             text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
         except OSError as err:

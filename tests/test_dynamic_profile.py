@@ -229,6 +229,9 @@ def test_torch_npus_default_file_is_flagged() -> None:
         ),
         ({"experimental_config": {"mstx": True, "profiler_level": "Level3"}}, "Level3"),
         ({"experimental_config": {"mstx": True, "mstx_domain_include": "verl"}}, "list"),
+        ({"experimental_config": {"mstx": True, "profiler_level": "level1"}}, "'level1'"),
+        ({"experimental_config": {"mstx": True, "profiler_level": ["Level1"]}}, "Level1"),
+        ({"is_rank": True, "rank_list": [0], "analyse": True}, "turns analysis off"),
     ],
 )
 def test_check_reports(change: dict[str, Any], words: str) -> None:
@@ -249,6 +252,7 @@ def test_check_reports(change: dict[str, Any], words: str) -> None:
         ({"async_mode": True}, ValueError, "analyse"),
         ({"ranks": 3}, TypeError, "list of ints"),
         ({"ranks": []}, ValueError, "at least one"),
+        ({"ranks": [0], "analyse": True}, ValueError, "async_mode=True"),
         ({"with_stack": 1}, TypeError, "with_stack"),
         ({"include": ["a"], "exclude": ["b"]}, ValueError, "both"),
         ({"level": "level0", "aic_metrics": "Memory"}, ValueError, "level1"),
@@ -265,3 +269,44 @@ def test_mistakes_are_errors_and_nothing_is_written(
 def test_unreadable_file_is_reported(tmp_path: Path) -> None:
     (tmp_path / CONFIG_NAME).write_text("{not json")
     assert "cannot read" in check_dynamic_profile_config(tmp_path)[0]
+
+
+def test_torch_npu_resets_what_the_check_reports(config_context: Any) -> None:
+    """The real reader does what the messages say: analysis off, lower-case level reset."""
+    data = {**TORCH_NPU_DEFAULT, "start_step": -1, "analyse": True, "is_rank": True}
+    data["rank_list"] = [3]  # the stub's rank
+    data["experimental_config"] = {
+        **TORCH_NPU_DEFAULT["experimental_config"],
+        "mstx": True,
+        "profiler_level": "level1",
+        "aic_metrics": "PipeUtilization",
+    }
+    problems = check_dynamic_profile_config(data)
+    assert any("turns analysis off" in p for p in problems), problems
+    assert any("profiler_level 'level1'" in p for p in problems), problems
+    _Utils.logs.clear()
+    with capture_output() as out:
+        ctx = config_context({**data, "is_valid": True})
+    assert ctx.valid() is True and ctx.analyse() is False
+    assert any("analyse will be closed" in message for _, message in _Utils.logs)
+    assert ctx.experimental_config._profiler_level == "Level0"
+    assert any("profiler_level" in line for line in out.lines)
+    data["rank_list"], data["experimental_config"]["profiler_level"] = [0], "Level1"
+    assert check_dynamic_profile_config({**data, "async_mode": True}) == []
+
+
+def test_lower_case_activities_are_read_so_not_reported() -> None:
+    data = {**TORCH_NPU_DEFAULT, "start_step": -1, "activities": ["cpu", "Npu"]}
+    data["experimental_config"] = {**TORCH_NPU_DEFAULT["experimental_config"], "mstx": True}
+    assert check_dynamic_profile_config(data) == []
+    assert check_dynamic_profile_config({**data, "activities": [1]}) != []
+
+
+def test_rewrite_never_reuses_an_earlier_seconds_value(tmp_path: Path) -> None:
+    """A version the monitor has not read yet may have been pushed a second ahead: go past it."""
+    target = tmp_path / CONFIG_NAME
+    dynamic_profile_config(tmp_path, active=1)
+    ahead = int(target.stat().st_mtime) + 5
+    os.utime(target, (ahead, ahead))
+    dynamic_profile_config(tmp_path, active=2)
+    assert int(target.stat().st_mtime) > ahead

@@ -8,6 +8,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import types
 from collections import defaultdict
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from mstx_marks.backends.record import RangeRecord
 from mstx_marks.export import (
     RankTrace,
     TraceFileError,
+    ascend_db,
     ascend_db_path,
     export_rank,
     read_ascend_db,
@@ -211,3 +213,82 @@ def test_a_stopped_worker_loses_nothing_it_recorded(tmp_path: Path, signum: int)
     (db,) = tmp_path.glob("ascend/*/ASCEND_PROFILER_OUTPUT/ascend_pytorch_profiler_4.db")
     assert [r.name for r in read_ascend_db(db).ranges] == ["update_actor"] * 3
     assert [p.name for p in (tmp_path / "chrome").iterdir()] == ["rank4.trace.json"]
+
+
+_SIGNALLED_DURING_FLUSH = """
+import os, signal, sys
+from mstx_marks.backends.record import Recorder
+from mstx_marks.export import flush_at_exit
+
+class SignalledMidFlush(Recorder):
+    sent = False
+
+    def records(self):
+        if not self.sent:  # SIGTERM lands while the explicit flush below holds its lock
+            self.sent = True
+            os.kill(os.getpid(), signal.SIGTERM)
+        return super().records()
+
+rec = SignalledMidFlush()
+rec.range_end(rec.range_start("update_actor", "default"), "default")
+flush = flush_at_exit(sys.argv[1], rank=0, recorder=rec, signals=(signal.SIGTERM,))
+flush()
+print("survived SIGTERM", flush=True)
+"""
+
+
+def test_a_signal_during_a_flush_neither_hangs_nor_loses_the_recording(tmp_path: Path) -> None:
+    # The handler flushes again from inside the interrupted flush, on the same thread: with a
+    # plain lock it waited on itself forever (the timeout only turns that hang into a failure).
+    proc = subprocess.run(
+        [sys.executable, "-c", _SIGNALLED_DURING_FLUSH, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == -signal.SIGTERM, proc.stderr
+    (db,) = tmp_path.glob("ascend/*/ASCEND_PROFILER_OUTPUT/ascend_pytorch_profiler_0.db")
+    assert [r.name for r in read_ascend_db(db).ranges] == ["update_actor"]
+
+
+def test_ranks_exported_in_the_same_millisecond_get_their_own_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # msprof-analyze maps one *_ascend_pt folder to one rank (its first profiler_info_N.json):
+    # two ranks in one folder would silently lose one of them.
+    monkeypatch.setattr(ascend_db, "time", types.SimpleNamespace(time=lambda: 1_700_000_000.0))
+    for rank in range(3):
+        export_rank(tmp_path, synthetic_rank(rank))
+    folders = sorted((tmp_path / "ascend").iterdir())
+    assert len(folders) == 3
+    for rank, folder in enumerate(folders):
+        assert [p.name for p in folder.glob("profiler_info_*.json")] == [
+            f"profiler_info_{rank}.json"
+        ]
+        assert read_ascend_db(
+            folder / "ASCEND_PROFILER_OUTPUT" / f"ascend_pytorch_profiler_{rank}.db"
+        ).ranges
+
+
+def test_malformed_rows_are_errors_naming_the_file(tmp_path: Path) -> None:
+    # A bad value must be a TraceFileError, so `summary` reports the file and reads the rest.
+    path = tmp_path / "ascend_pytorch_profiler_0.db"
+    with sqlite3.connect(path) as conn:
+        conn.executescript(
+            "CREATE TABLE STRING_IDS (id INTEGER PRIMARY KEY, value TEXT);"
+            "CREATE TABLE MSTX_EVENTS (startNs INTEGER, endNs INTEGER, eventType INTEGER,"
+            " rangeId INTEGER, category INTEGER, message INTEGER, globalTid INTEGER,"
+            " endGlobalTid INTEGER, domainId INTEGER, connectionId INTEGER);"
+            "INSERT INTO MSTX_EVENTS VALUES ('soon', 30, 2, 1, NULL, 1, 1, 1, NULL, 1);"
+        )
+    with pytest.raises(TraceFileError, match="malformed") as info:
+        read_ascend_db(path)
+    assert info.value.path == path
+
+
+def test_names_sqlite_cannot_encode_are_replaced_not_fatal(tmp_path: Path) -> None:
+    # A lone surrogate is a valid Python str (names.py allows it) but not UTF-8: the database,
+    # and with it the whole flush, used to fail with UnicodeEncodeError.
+    rec = RangeRecord("bad\ud800name", "default", T0, T0 + 5, TID, PID, "range")
+    back = read_ascend_db(write_ascend_db(tmp_path / "a.db", RankTrace(0, [rec])))
+    assert [(r.name, r.end_ns) for r in back.records] == [("bad\ufffdname", T0 + 5)]

@@ -67,6 +67,15 @@ def test_written_file_is_plain_json_with_no_temporary_left(tmp_path: Path) -> No
             '{"otherData": {"generator": "mstx_marks"}, "traceEvents": [{"ph": "X"}]}',
             "malformed event",
         ),
+        (  # used to escape as a bare ValueError and abort `summary` over a whole tree
+            '{"otherData": {"generator": "mstx_marks", "origin_ns": "soon"}, "traceEvents": []}',
+            "malformed",
+        ),
+        (  # json reads Infinity; round() of it is an OverflowError, not a ValueError
+            '{"otherData": {"generator": "mstx_marks"}, "traceEvents": [{"ph": "X", "pid": 0,'
+            ' "tid": 1, "name": "a", "ts": Infinity, "dur": 1}]}',
+            "malformed event",
+        ),
     ],
 )
 def test_bad_files_are_errors_naming_the_file(tmp_path: Path, content: str, problem: str) -> None:

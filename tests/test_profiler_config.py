@@ -292,3 +292,44 @@ def test_capture_steps_rejects_bad_input() -> None:
     with pytest.raises(AttributeError):
         capture_steps(Loop, "nope", npu=False)
     assert Loop.__dict__["decode"].__name__ == "decode"
+
+
+def test_capture_steps_restores_when_the_trace_handler_raises() -> None:
+    class Body:
+        def step(self) -> int:
+            return 1
+
+    def full_disk(prof: Any) -> None:
+        raise OSError("no space left")
+
+    original = Body.__dict__["step"]
+    handle = capture_steps(Body, "step", active=1, npu=False, on_trace_ready=full_disk)
+    with pytest.raises(OSError, match="no space"):
+        Body().step()
+    assert handle.done and Body.__dict__["step"] is original
+    assert Body().step() == 1
+
+
+def test_capture_steps_restores_when_the_profiler_cannot_start(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    class Body:
+        def step(self) -> int:
+            return 1
+
+    class Refuses:
+        stopped = False
+
+        def start(self) -> None:
+            raise RuntimeError("profiler busy")
+
+        def stop(self) -> None:
+            Refuses.stopped = True
+
+    monkeypatch.setattr(mp, "build_profiler", lambda **kw: Refuses())
+    original = Body.__dict__["step"]
+    handle = capture_steps(Body, "step", active=2)
+    with pytest.raises(RuntimeError, match="profiler busy"):
+        Body().step()
+    assert handle.done and Body.__dict__["step"] is original
+    assert Refuses.stopped is False  # never started, so never stopped

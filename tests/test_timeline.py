@@ -79,3 +79,14 @@ def test_renders_in_headless_chromium(tmp_path: Path) -> None:
         check=True,
     )
     assert png.stat().st_size > 5000  # a blank page is far smaller
+
+
+def test_names_xml_cannot_hold_still_give_well_formed_svg(tmp_path: Path) -> None:
+    # Control characters and lone surrogates are valid in range names but not in XML 1.0 (and a
+    # surrogate cannot even be encoded): each becomes U+FFFD instead of a broken file.
+    trace = synthetic_rank(0, steps=1)
+    trace.records[1] = trace.records[1]._replace(name="gen\x01\x1b[0m\ud800")
+    root = ET.parse(write_svg(tmp_path / "t.svg", [trace])).getroot()
+    (bar,) = root.findall(f".//{SVG}rect[@data-name='gen\ufffd\ufffd[0m\ufffd']")
+    assert bar.findtext(f"{SVG}title", "").startswith("gen\ufffd\ufffd[0m\ufffd (rank 0)")
+    assert _parse(render_svg([trace], title="run\x00")).findtext(f"{SVG}text") == "run\ufffd"

@@ -364,3 +364,83 @@ def test_check_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     good = verl_overrides(steps=[1], roles=["actor"])
     assert check_verl_cli(good) == 0
     assert check_verl_cli([str(tmp_path / "missing.sh")]) == 2
+
+
+SHELL_SCRIPT = """\
+python3 -m verl.trainer.main_ppo \\
+    algorithm.adv_estimator=$ADV \\
+    global_profiler.tool=$TOOL \\
+    global_profiler.steps="$STEPS" \\
+    actor_rollout_ref.actor.use_kl_loss=${KL} \\
+    actor_rollout_ref.actor.profiler.enable=True \\
+    actor_rollout_ref.actor.profiler.tool_config.npu.discrete=$DISCRETE \\
+    actor_rollout_ref.actor.profiler.tool_config.npu.level=level1 \\
+    actor_rollout_ref.ref.profiler.enable=True \\
+    critic.profiler.enable=True
+"""
+
+
+def test_values_from_shell_variables_are_set_but_unknown() -> None:
+    """A ``$VAR`` value is neither checked nor taken as "not set" by the rules that span keys."""
+    assert check_verl_overrides(SHELL_SCRIPT) == []
+    literal = SHELL_SCRIPT.replace("$TOOL", "torch")
+    assert [p.line for p in check_verl_overrides(literal)] == [7]  # npu.* ignored under torch
+
+
+@pytest.mark.parametrize(
+    ("override", "flagged"),
+    [
+        ("+actor_rollout_ref.actor.profiler.enable=True", True),
+        ("+critic.profiler.tool_config.npu.discrete=True", True),
+        ("+global_profiler.save_path=/p", True),
+        ("+global_profiler.steps=[1]", False),  # null in verl: Hydra lets '+' add it
+        ("+actor_rollout_ref.rollout.profiler.tool_config.npu.profile_token_end=4", False),
+        ("++actor_rollout_ref.actor.profiler.enable=True", False),
+        ("+actor_rollout_ref.actor.use_kl_loss=True", False),  # not a key the checks know
+    ],
+)
+def test_plus_on_a_key_verl_already_sets_is_reported_as_hydra_fails(
+    verl: Any, override: str, flagged: bool
+) -> None:
+    found = any("'+' adds a new key" in p.message for p in check_verl_overrides([override]))
+    assert found is flagged
+    if override.startswith("+actor_rollout_ref.actor.use_kl_loss"):
+        return
+    if flagged:
+        with pytest.raises(Exception, match="Could not append to config"):
+            compose(verl, [override])
+    else:
+        compose(verl, [override])
+
+
+@pytest.mark.parametrize(
+    ("overrides", "words"),
+    [
+        (["critic.profiler.tool=nps"], "silently disables"),
+        (["global_profiler.steps=[01]"], "ints >= 1"),  # Hydra keeps '01' as a string
+        (["critic.profiler.enable=1"], "keeps 1 as a number"),
+    ],
+)
+def test_check_catches_role_tool_and_hydra_value_types(overrides: list[str], words: str) -> None:
+    problems = check_verl_overrides(overrides)
+    assert any(words in p.message for p in problems), problems
+
+
+def test_hydra_deletion_and_underscored_ints_are_not_misreported(verl: Any) -> None:
+    good = ["~critic.profiler.tool_config", "global_profiler.steps=[1_0]"]
+    assert check_verl_overrides(good) == []
+    cfg, _ = compose(verl, ["global_profiler.steps=[1_0,01]"])
+    assert list(cfg.global_profiler.steps) == [10, "01"]
+    assert check_verl_cli(["~critic.profiler.tool_config", "global_profiler.tool=npu"]) == 0
+
+
+@pytest.mark.parametrize("save_path", ["2024", "1e3", "true", "null", "07"])
+def test_a_save_path_hydra_would_type_stays_a_string(verl: Any, save_path: str) -> None:
+    cfg, roles = compose(verl, verl_overrides(steps=[1], save_path=save_path, roles=["critic"]))
+    assert cfg.global_profiler.save_path == save_path
+    assert roles["critic"].save_path == save_path
+
+
+def test_token_window_that_is_not_a_pair_names_the_rule() -> None:
+    with pytest.raises(TypeError, match=r"token_window 5 must be \(start, stop\)"):
+        verl_overrides(steps=[1], roles=["rollout"], token_window=5)  # type: ignore[arg-type]

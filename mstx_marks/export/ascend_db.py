@@ -54,6 +54,7 @@ HOST_ONLY_CONNECTION = 4294967295
 
 _DB_NAME = re.compile(r"ascend_pytorch_profiler(?:_(\d+))?\.db\Z")
 _PROFILER_INFO = re.compile(r"profiler_info_(\d+)\.json\Z")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 _SCHEMA = """
 CREATE TABLE STRING_IDS (id INTEGER PRIMARY KEY, value TEXT);
@@ -75,13 +76,26 @@ def ascend_db_path(
 ) -> Path:
     """Where torch_npu would put rank ``rank``'s database under ``out_dir``.
 
-    ``worker`` defaults to ``<hostname>_<pid>`` and ``timestamp_ms`` to now, as in torch_npu;
-    msprof-analyze picks the newest timestamp when a rank has several folders.
+    ``worker`` defaults to ``<hostname>_<pid>`` and ``timestamp_ms`` to now, as in torch_npu
+    (moved on to the first millisecond whose folder does not exist yet); msprof-analyze picks the
+    newest timestamp when a rank has several folders.
     """
     worker = worker or f"{socket.gethostname()}_{os.getpid()}"
-    stamp = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
+    if timestamp_ms is None:
+        stamp = int(time.time() * 1000)
+        # msprof-analyze reads one rank per folder, so ranks exported by one process in the same
+        # millisecond must not share one: take the next free millisecond.
+        while (Path(out_dir) / f"{worker}_{stamp}_ascend_pt").exists():
+            stamp += 1
+    else:
+        stamp = timestamp_ms
     folder = Path(out_dir) / f"{worker}_{stamp}_ascend_pt"
     return folder / "ASCEND_PROFILER_OUTPUT" / f"ascend_pytorch_profiler_{rank}.db"
+
+
+def _storable(text: str) -> str:
+    # A lone surrogate is a valid str (names are not checked for it) but SQLite takes UTF-8 only.
+    return _SURROGATE.sub("\ufffd", text)
 
 
 def _rows(trace: RankTrace) -> tuple[dict[str, int], list[tuple[object, ...]]]:
@@ -113,7 +127,8 @@ def write_ascend_db(path: str | Path, trace: RankTrace) -> Path:
     steps = trace.with_steps().steps
     with atomic_path(path) as tmp, closing(sqlite3.connect(tmp)) as db, db:
         db.executescript(_SCHEMA)
-        db.executemany("INSERT INTO STRING_IDS VALUES (?, ?)", [(i, s) for s, i in ids.items()])
+        strings = [(i, _storable(s)) for s, i in ids.items()]
+        db.executemany("INSERT INTO STRING_IDS VALUES (?, ?)", strings)
         db.executemany("INSERT INTO MSTX_EVENTS VALUES (?,?,?,?,?,?,?,?,?,?)", rows)
         db.executemany(
             "INSERT INTO STEP_TIME VALUES (?, ?, ?)",
@@ -170,25 +185,35 @@ def read_ascend_db(path: str | Path) -> RankTrace:
             rows = db.execute(_EVENTS_QUERY, kinds).fetchall()
             steps = []
             if "STEP_TIME" in tables:
-                query = "SELECT startNs, endNs FROM STEP_TIME WHERE endNs IS NOT NULL ORDER BY id"
+                query = (
+                    "SELECT startNs, endNs FROM STEP_TIME"
+                    " WHERE startNs IS NOT NULL AND endNs IS NOT NULL ORDER BY id"
+                )
                 steps = [(int(s), int(e)) for s, e in db.execute(query)]
+    except TraceFileError:
+        raise
+    except (TypeError, ValueError, OverflowError) as e:
+        raise TraceFileError(path, f"has a malformed STEP_TIME row ({e})") from e
     except sqlite3.Error as e:
         raise TraceFileError(path, f"is not a readable profiler database ({e})") from e
     records = []
-    for start, end, kind, name, domain, gtid in rows:
-        if start is None or (kind != EVENT_INSTANT and end is None):
-            continue
-        gtid = int(gtid or 0)
-        instant = kind == EVENT_INSTANT
-        records.append(
-            RangeRecord(
-                name if name is not None else "<unnamed>",
-                domain or "default",
-                int(start),
-                None if instant else int(end),
-                gtid & 0xFFFFFFFF,
-                gtid >> 32,
-                "instant" if instant else "range",
+    try:
+        for start, end, kind, name, domain, gtid in rows:
+            if start is None or (kind != EVENT_INSTANT and end is None):
+                continue
+            gtid = int(gtid or 0)
+            instant = kind == EVENT_INSTANT
+            records.append(
+                RangeRecord(
+                    name if name is not None else "<unnamed>",
+                    domain or "default",
+                    int(start),
+                    None if instant else int(end),
+                    gtid & 0xFFFFFFFF,
+                    gtid >> 32,
+                    "instant" if instant else "range",
+                )
             )
-        )
+    except (TypeError, ValueError, OverflowError) as e:
+        raise TraceFileError(path, f"has a malformed MSTX_EVENTS row ({e})") from e
     return RankTrace(_rank_of(path), records, steps, path)

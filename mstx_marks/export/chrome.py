@@ -128,10 +128,10 @@ def read_chrome_trace(path: str | Path) -> list[RankTrace]:
     path = Path(path)
     doc = _load(path)
     other = doc["otherData"]
-    origin = int(other.get("origin_ns", 0))
-    meta = other.get("ranks", {})
     by_rank: dict[int, list[RangeRecord]] = {}
     try:
+        origin = int(other.get("origin_ns", 0))
+        meta = other.get("ranks", {})
         for ev in doc["traceEvents"]:
             ph = ev.get("ph")
             if ph not in ("X", "i"):
@@ -145,7 +145,7 @@ def read_chrome_trace(path: str | Path) -> list[RankTrace]:
             rec = RangeRecord(str(ev["name"]), domain, start, end, int(ev["tid"]), pids[0], kind)
             by_rank.setdefault(rank, []).append(rec)
         steps = {int(k): [(int(s), int(e)) for s, e in v.get("steps", [])] for k, v in meta.items()}
-    except (KeyError, TypeError, ValueError, AttributeError) as e:
+    except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as e:
         raise TraceFileError(path, f"has a malformed event ({type(e).__name__}: {e})") from e
     return [
         RankTrace(rank, sorted(recs, key=lambda r: r.start_ns), steps.get(rank, []), path)

@@ -80,7 +80,9 @@ def flush_at_exit(
     rank = _rank_from_env() if rank is None else rank
     source = recorder if recorder is not None else default_recorder()
     db_path = ascend_db_path(Path(out_dir) / "ascend", rank)
-    lock = threading.Lock()
+    # Re-entrant: a signal handler runs on the main thread, possibly inside a flush that
+    # thread is already doing; a plain lock would wait on itself for ever.
+    lock = threading.RLock()
 
     def flush() -> list[Path]:
         with lock:
