@@ -1,7 +1,5 @@
 from __future__ import annotations
 
-import doctest
-import importlib
 import json
 import os
 import statistics
@@ -120,22 +118,3 @@ def test_cli_table_csv_json_and_exit_codes(
     assert "no traces found" in capsys.readouterr().err
     assert summary_cli([os.fspath(tmp_path / "missing")]) == 1
     assert "no such file" in capsys.readouterr().err
-
-
-@pytest.mark.parametrize(
-    "module",
-    [
-        "mstx_marks.summary",
-        "mstx_marks.timeline",
-        "mstx_marks.export",
-        "mstx_marks.export.ascend_db",
-        "mstx_marks.export.chrome",
-        "mstx_marks.export.files",
-        "mstx_marks.export.flush",
-        "mstx_marks.export.trace",
-    ],
-)
-def test_docstring_examples_are_true(module: str) -> None:
-    # pytest does not collect doctests here; the summary's module example had gone stale.
-    result = doctest.testmod(importlib.import_module(module))
-    assert result.attempted > 0 and result.failed == 0
