@@ -285,10 +285,12 @@ def build_profiler(
     """A profiler from verl-style options, MSTX on: torch_npu's on an NPU, torch's elsewhere.
 
     ``contents`` is a subset of npu, cpu, memory, shapes, module, stack (verl's meaning: device
-    activity when empty or "npu" is listed, CPU always). ``active=None`` records everything
-    between ``start()`` and ``stop()``; otherwise the schedule is wait/warmup/active/repeat/
-    skip_first. Traces go to ``save_path`` (tensorboard trace handler; ``analysis`` parses them
-    on an NPU) unless ``on_trace_ready`` is given. Every option is checked on every host.
+    activity when empty or "npu" is listed, CPU always). MSTX ranges are collected only with
+    device activity, so ``contents=["cpu"]`` on an NPU profiles without them. ``active=None``
+    records everything between ``start()`` and ``stop()``; otherwise the schedule is
+    wait/warmup/active/repeat/skip_first. Traces go to ``save_path`` (tensorboard trace handler;
+    ``analysis`` parses them on an NPU) unless ``on_trace_ready`` is given. Every option is
+    checked on every host.
 
     >>> prof = build_profiler(contents=["cpu"], active=1, npu=False)
     >>> with prof:
