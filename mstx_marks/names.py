@@ -19,6 +19,7 @@ import warnings
 __all__ = [
     "DEFAULT_DOMAIN",
     "MAX_NAME_BYTES",
+    "SAFE_CHARS",
     "check_domain",
     "check_name",
     "fit_name",
@@ -29,7 +30,7 @@ MAX_NAME_BYTES = 156
 
 # A str of at most this many characters cannot exceed MAX_NAME_BYTES (UTF-8 uses <= 4 bytes a
 # character), so the common short name skips the encode.
-_SAFE_CHARS = MAX_NAME_BYTES // 4
+SAFE_CHARS = MAX_NAME_BYTES // 4
 _DOMAIN_RE = re.compile(r"[A-Za-z0-9_]+\Z")
 _truncation_warned = False
 
@@ -43,7 +44,7 @@ def _check_type(name: object, what: str) -> str:
 
 
 def _utf8_len(name: str) -> int:
-    return len(name) if len(name) <= _SAFE_CHARS else len(name.encode("utf-8", "surrogatepass"))
+    return len(name) if len(name) <= SAFE_CHARS else len(name.encode("utf-8", "surrogatepass"))
 
 
 def check_name(name: object, what: str = "range name") -> str:
@@ -58,7 +59,7 @@ def check_name(name: object, what: str = "range name") -> str:
     size = _utf8_len(name)
     if size > MAX_NAME_BYTES:
         raise ValueError(
-            f"{what} {name[:_SAFE_CHARS]!r}... is {size} UTF-8 bytes; "
+            f"{what} {name[:SAFE_CHARS]!r}... is {size} UTF-8 bytes; "
             f"MSTX allows at most {MAX_NAME_BYTES}"
         )
     return name
@@ -80,7 +81,7 @@ def fit_name(name: object, what: str = "range name") -> str:
     if not _truncation_warned:
         _truncation_warned = True
         warnings.warn(
-            f"{what} {name[:_SAFE_CHARS]!r}... is longer than MSTX's {MAX_NAME_BYTES} UTF-8 bytes;"
+            f"{what} {name[:SAFE_CHARS]!r}... is longer than MSTX's {MAX_NAME_BYTES} UTF-8 bytes;"
             " it is truncated (warned once)",
             stacklevel=3,
         )

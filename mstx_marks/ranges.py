@@ -25,7 +25,7 @@ from collections.abc import AsyncGenerator, Generator
 from typing import Any, Callable, TypeVar, Union, overload
 
 from .backends.base import EndFn
-from .names import check_name, fit_name
+from .names import SAFE_CHARS, check_name, fit_name
 from .phases import Phase
 from .sampling import Decisions, Policy
 from .settings import Gate, fault, gate, host_gates
@@ -35,8 +35,6 @@ __all__ = ["Mark", "Range", "instant", "mark", "mstx_range", "rewrap"]
 F = TypeVar("F", bound=Callable[..., Any])
 Name = Union[str, Phase]
 
-# Names of at most this many characters are valid whatever they contain (<= 156 UTF-8 bytes).
-_SHORT = 39
 _overflow_lock = threading.Lock()
 
 
@@ -48,7 +46,10 @@ def _site_name(name: object, domain: str | None) -> tuple[str, str | None]:
 
 
 def _gate(domain: str | None, stream: object) -> Gate:
-    found = host_gates.get(domain) if stream is None else None
+    try:
+        found = host_gates.get(domain) if stream is None else None
+    except TypeError:  # an unhashable domain; gate() says what is wrong with it
+        found = None
     return gate(domain, stream) if found is None else found
 
 
@@ -222,11 +223,9 @@ class Mark:
         stream: object = None,
         sample: Policy | None = None,
     ) -> None:
-        if type(name) is not str or not 0 < len(name) <= _SHORT:
+        if type(name) is not str or not 0 < len(name) <= SAFE_CHARS:
             name, domain = _site_name(name, domain)
-        g = host_gates.get(domain) if stream is None else None
-        if g is None:
-            g = gate(domain, stream)
+        g = _gate(domain, stream)
         self.name = name
         self.domain = g.domain
         self._gate = g
@@ -354,11 +353,11 @@ def mark(
     ...     return x
     """
     if stream is None and sample is None:
-        sites = _cached.get(domain)
         try:
+            sites = _cached.get(domain)
             site = None if sites is None else sites.get(name)
-        except TypeError:  # an unhashable name; Mark() says what is wrong with it
-            site = None
+        except TypeError:  # an unhashable name or domain; Mark() says what is wrong with it
+            sites = site = None
         if site is None:
             site = Mark(name, domain=domain)
             if len(sites or ()) < _MAX_CACHED:
@@ -432,7 +431,7 @@ def instant(name: Name, *, domain: str | None = None, stream: object = None) -> 
     >>> configure(backend="record")
     >>> instant("weights_synced", domain="verl")
     """
-    if type(name) is not str or not 0 < len(name) <= _SHORT:
+    if type(name) is not str or not 0 < len(name) <= SAFE_CHARS:
         name, domain = _site_name(name, domain)
     g = _gate(domain, stream)
     call = g.mark

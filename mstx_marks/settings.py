@@ -107,11 +107,10 @@ def _stream_key(stream: Stream) -> Hashable:
 
 def gate(domain: str | None, stream: Stream = None) -> Gate:
     """The gate for ``(domain, stream)``, created (and the domain checked) on first request."""
-    dom = DEFAULT_DOMAIN if domain is None else domain
+    dom = DEFAULT_DOMAIN if domain is None else check_domain(domain)
     key = (dom, _stream_key(stream))
     found = _gates.get(key)
     if found is None:
-        check_domain(dom)
         if isinstance(stream, str) and stream != "current":
             raise ValueError(f"stream must be None, 'current' or a stream object, got {stream!r}")
         with _lock:

@@ -1048,3 +1048,11 @@ def test_a_backend_saying_not_recorded_with_none_keeps_entries_paired() -> None:
     calls.append(("first entry left", None))
     next(flow, None)
     assert calls == [("start", None), ("start", 7), ("first entry left", None), ("end", 7)]
+
+
+@pytest.mark.parametrize("domain", [["verl"], {"verl": 1}])
+def test_an_unhashable_domain_is_refused_with_the_rule(domain: Any) -> None:
+    with pytest.raises(TypeError, match="domain must be a str"):
+        mark("x", domain=domain)
+    with pytest.raises(TypeError, match="domain must be a str"):
+        instant("x", domain=domain)
