@@ -6,20 +6,23 @@
 ...     instant("first_token")
 """
 
-from .backends.record import RangeRecord, Recorder, default_recorder
+from .backends.record import Recorder, default_recorder
 from .names import DEFAULT_DOMAIN, MAX_NAME_BYTES
 from .phases import Phase
 from .ranges import Mark, Range, instant, mark, mstx_range
+from .records import InstantRecord, RangeRecord, RankTrace
 from .sampling import every, first, window
 from .settings import configure, current_backend, is_active
 
 __all__ = [
     "DEFAULT_DOMAIN",
     "MAX_NAME_BYTES",
+    "InstantRecord",
     "Mark",
     "Phase",
     "Range",
     "RangeRecord",
+    "RankTrace",
     "Recorder",
     "configure",
     "current_backend",

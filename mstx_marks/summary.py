@@ -5,9 +5,9 @@ ours or torch_npu's) in one folder or a tree of rank folders, folds phase names 
 registry's aliases, and reports for each phase: count, total, mean, p50, p90, max, share of step
 time, and how unbalanced the ranks are (slowest total over fastest, and which rank is slowest).
 
->>> from mstx_marks.backends.record import RangeRecord
+>>> from mstx_marks.records import RangeRecord
 >>> from mstx_marks.export import RankTrace
->>> r = lambda name, s, e: RangeRecord(name, "default", s, e, 1, 1, "range")
+>>> r = lambda name, s, e: RangeRecord(name, "default", s, e, 1, 1)
 >>> traces = [RankTrace(0, [r("step", 0, 100), r("gen", 0, 40)]),
 ...           RankTrace(1, [r("step", 0, 100), r("gen", 0, 80)])]
 >>> gen = summarize(traces).phases[1]  # "gen" (verl's trainer timer) folds into its phase
@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from . import phases
-from .export import RankTrace, TraceFileError, read_ascend_db, read_chrome_trace
+from .export import read_ascend_db, read_chrome_trace
+from .records import RankTrace, TraceFileError
 from .timeline import write_svg
 
 __all__ = [
@@ -131,7 +132,6 @@ def summarize(traces: Sequence[RankTrace], fold: Callable[[str], str] = fold_nam
     first_start: dict[str, int] = {}
     for t in traces:
         for r in t.ranges:
-            assert r.end_ns is not None  # RankTrace.ranges holds closed ranges only
             name = fold(r.name)
             durations.setdefault(name, {}).setdefault(t.rank, []).append(r.end_ns - r.start_ns)
             first_start[name] = min(first_start.get(name, r.start_ns), r.start_ns)

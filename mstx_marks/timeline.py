@@ -6,9 +6,9 @@ dashed lines, and hovering a bar shows its name and duration. Bars are ``<rect c
 with ``data-rank``, ``data-name``, ``data-start-ns`` and ``data-end-ns``, so the file can be
 checked as data as well as looked at.
 
->>> from mstx_marks.backends.record import RangeRecord
+>>> from mstx_marks.records import RangeRecord
 >>> from mstx_marks.export import RankTrace
->>> svg = render_svg([RankTrace(0, [RangeRecord("gen", "default", 0, 5, 1, 1, "range")])])
+>>> svg = render_svg([RankTrace(0, [RangeRecord("gen", "default", 0, 5, 1, 1)])])
 >>> svg.startswith("<svg") and svg.count('class="range"')
 1
 """
@@ -21,8 +21,8 @@ import zlib
 from pathlib import Path
 from typing import Callable, Sequence
 
-from .backends.record import RangeRecord
-from .export import RankTrace, atomic_write_bytes
+from .export import atomic_write_bytes
+from .records import RangeRecord, RankTrace
 
 __all__ = ["render_svg", "write_svg"]
 
@@ -57,8 +57,7 @@ def _lanes(ranges: list[RangeRecord]) -> list[tuple[RangeRecord, int]]:
     """Each range with its nesting depth (by time, as msprof-analyze nests), in start order."""
     out: list[tuple[RangeRecord, int]] = []
     open_ends: list[int] = []
-    for r in sorted(ranges, key=lambda r: (r.start_ns, -(r.end_ns or 0))):
-        assert r.end_ns is not None  # callers pass closed ranges
+    for r in sorted(ranges, key=lambda r: (r.start_ns, -r.end_ns)):
         while open_ends and open_ends[-1] < r.end_ns:
             open_ends.pop()
         out.append((r, len(open_ends)))
@@ -94,7 +93,7 @@ def render_svg(
     """The SVG document for ``traces``; ``name_of`` folds range names (colours and legend)."""
     traces = sorted((t.with_steps() for t in traces), key=lambda t: t.rank)
     laid = [(t, _lanes(t.ranges)) for t in traces]
-    ends = [r.end_ns for _, bars in laid for r, _ in bars if r.end_ns is not None]
+    ends = [r.end_ns for _, bars in laid for r, _ in bars]
     t0 = min((r.start_ns for _, bars in laid for r, _ in bars), default=0)
     span = max(max(ends, default=t0) - t0, 1)
     plot_w = _WIDTH - _LEFT - _RIGHT
@@ -123,7 +122,6 @@ def render_svg(
             row, "text", x="8", y=str(y + min(height, 2 * _LANE) / 2 + 4)
         ).text = f"rank {trace.rank}"
         for r, depth in bars:
-            assert r.end_ns is not None  # from RankTrace.ranges
             name = _xml_text(name_of(r.name))
             bar = ET.SubElement(
                 row,

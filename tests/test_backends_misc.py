@@ -16,6 +16,7 @@ import mstx_marks
 from mstx_marks import backends, configure, current_backend, instant, mark, mstx_range
 from mstx_marks.backends import BackendUnavailable, NoopBackend
 from mstx_marks.backends.record import Recorder
+from mstx_marks.records import InstantRecord, RangeRecord
 
 # --- record ------------------------------------------------------------------------------------
 
@@ -28,16 +29,17 @@ def test_record_fields(recorder: Recorder) -> None:
             snapshot = recorder.records()
     outer, point, inner = recorder.records()
     assert (outer.name, outer.domain, outer.kind) == ("outer", "verl", "range")
-    assert (point.name, point.domain, point.kind, point.end_ns) == (
-        "point",
-        "default",
-        "instant",
-        None,
-    )
-    assert outer.start_ns <= point.start_ns <= inner.start_ns <= inner.end_ns <= outer.end_ns  # type: ignore[operator]
+    assert isinstance(point, InstantRecord) and not hasattr(point, "end_ns")
+    assert (point.name, point.domain, point.kind) == ("point", "default", "instant")
+    assert isinstance(outer, RangeRecord) and isinstance(inner, RangeRecord)
+    assert outer.start_ns <= point.start_ns <= inner.start_ns <= inner.end_ns <= outer.end_ns
+    assert not outer.open and not inner.open
     assert {r.thread for r in (outer, point, inner)} == {main_tid}
     assert {r.pid for r in (outer, point, inner)} == {os.getpid()}
-    assert [r.end_ns for r in snapshot if r.kind == "range"] == [None, None]  # both still open
+    # Both still open at the snapshot: ended at the moment of reading and flagged.
+    open_ones = [r for r in snapshot if isinstance(r, RangeRecord)]
+    assert [r.open for r in open_ones] == [True, True]
+    assert all(r.start_ns <= r.end_ns <= inner.end_ns for r in open_ones)
 
 
 def test_record_is_thread_safe_with_exact_counts() -> None:

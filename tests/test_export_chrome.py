@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given, settings
 from support.recorded import T0, records, rng, synthetic_rank
 
-from mstx_marks.backends.record import RangeRecord
 from mstx_marks.export import RankTrace, TraceFileError, read_chrome_trace, write_chrome_trace
 from mstx_marks.export.chrome import chrome_trace
+from mstx_marks.records import Record
 
 
 def test_events_follow_the_trace_event_format() -> None:
@@ -27,15 +27,16 @@ def test_events_follow_the_trace_event_format() -> None:
     assert doc["otherData"]["origin_ns"] == T0 // 10**9 * 10**9
 
 
-def test_open_ranges_are_left_out() -> None:
-    doc = chrome_trace([RankTrace(0, [rng("step", 0, None), rng("gen", 0, 5)])])
-    assert [e["name"] for e in doc["traceEvents"] if e["ph"] == "X"] == ["gen"]
+def test_open_ranges_are_kept_and_flagged() -> None:
+    doc = chrome_trace([RankTrace(0, [rng("step", 0, 9, open=True), rng("gen", 0, 5)])])
+    ranges = {e["name"]: e for e in doc["traceEvents"] if e["ph"] == "X"}
+    assert ranges["step"]["args"]["open"] is True and "open" not in ranges["gen"]["args"]
 
 
 @settings(max_examples=60, deadline=None)
 @given(recs=records())
 def test_round_trip_keeps_every_nanosecond(
-    tmp_path_factory: pytest.TempPathFactory, recs: list[RangeRecord]
+    tmp_path_factory: pytest.TempPathFactory, recs: list[Record]
 ) -> None:
     path = tmp_path_factory.mktemp("c") / "r.trace.json"
     trace = RankTrace(5, recs, steps=[(T0, T0 + 10)])
@@ -46,7 +47,7 @@ def test_round_trip_keeps_every_nanosecond(
         return
     (got,) = back
     assert got.rank == 5 and got.steps == [(T0, T0 + 10)] and got.source == path
-    key = lambda r: (r.start_ns, r.end_ns or 0, r.name, r.domain, r.thread)  # noqa: E731
+    key = lambda r: (r.start_ns, r.kind, r.name, r.domain, r.thread)  # noqa: E731
     want = [r._replace(pid=0) for r in sorted(recs, key=key)]
     assert [r._replace(pid=0) for r in sorted(got.records, key=key)] == want
 

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from support.recorded import T0, rng, synthetic_rank
 
 from mstx_marks.export import RankTrace, export_rank, write_ascend_db, write_chrome_trace
+from mstx_marks.records import RangeRecord
 from mstx_marks.summary import fold_name, load_traces, summarize, summary_cli
 
 
@@ -76,7 +77,9 @@ def test_mixed_clocks_leave_out_the_odd_file(tmp_path: Path) -> None:
     for rank in range(2):
         write_chrome_trace(tmp_path / f"r{rank}.trace.json", [synthetic_rank(rank)])
     since_boot = [
-        r._replace(start_ns=r.start_ns - T0, end_ns=r.end_ns and r.end_ns - T0)
+        r._replace(start_ns=r.start_ns - T0, end_ns=r.end_ns - T0)
+        if isinstance(r, RangeRecord)
+        else r._replace(start_ns=r.start_ns - T0)
         for r in synthetic_rank(2).records
     ]
     boot = RankTrace(2, since_boot)

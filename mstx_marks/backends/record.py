@@ -20,11 +20,11 @@ import threading
 import weakref
 from array import array
 from time import time_ns
-from typing import NamedTuple
 
+from ..records import InstantRecord, RangeRecord, Record
 from .base import Backend, Emitter
 
-__all__ = ["RangeRecord", "Recorder", "default_recorder"]
+__all__ = ["Recorder", "default_recorder"]
 
 _SHIFT = 16
 _CHUNK = 1 << _SHIFT
@@ -42,18 +42,6 @@ def _forget_thread_ids() -> None:
 
 
 os.register_at_fork(after_in_child=_forget_thread_ids)
-
-
-class RangeRecord(NamedTuple):
-    """One recorded event. ``end_ns`` is None for a range still open and for an instant."""
-
-    name: str
-    domain: str
-    start_ns: int
-    end_ns: int | None
-    thread: int
-    pid: int
-    kind: str  # "range" or "instant"
 
 
 class Recorder(Backend):
@@ -158,19 +146,22 @@ class Recorder(Backend):
     def __len__(self) -> int:
         return sum(1 for keys in self._keys for k in keys if k)
 
-    def records(self) -> list[RangeRecord]:
-        """Everything recorded, in the order the events started."""
-        out = []
-        names, pid = self._names, self._pid
+    def records(self) -> list[Record]:
+        """Everything recorded, in the order the events started. A range still open is ended
+        now and flagged ``open``."""
+        out: list[Record] = []
+        names, pid, now = self._names, self._pid, time_ns()
         for starts, ends, keys, tids in zip(self._starts, self._ends, self._keys, self._tids):
             for start, end, key, tid in zip(starts, ends, keys, tids):
                 if not key:
                     continue
                 name, domain = names[key]
                 if end == _INSTANT:
-                    out.append(RangeRecord(name, domain, start, None, tid, pid, "instant"))
+                    out.append(InstantRecord(name, domain, start, tid, pid))
+                elif end == _OPEN:
+                    out.append(RangeRecord(name, domain, start, max(now, start), tid, pid, True))
                 else:
-                    out.append(RangeRecord(name, domain, start, end or None, tid, pid, "range"))
+                    out.append(RangeRecord(name, domain, start, end, tid, pid))
         return out
 
 

@@ -14,11 +14,11 @@
 'gen'
 """
 
+from ..records import STEP_PHASE, RankTrace, Span, TraceFileError, step_spans
 from .ascend_db import ascend_db_path, read_ascend_db, write_ascend_db
 from .chrome import chrome_trace, read_chrome_trace, write_chrome_trace
 from .files import atomic_path, atomic_write_bytes
 from .flush import chrome_trace_path, export_rank, flush_at_exit
-from .trace import STEP_PHASE, RankTrace, Span, TraceFileError, step_spans
 
 __all__ = [
     "STEP_PHASE",

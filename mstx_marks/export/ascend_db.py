@@ -10,12 +10,12 @@ Per rank, ``<worker>_<ms timestamp>_ascend_pt/ASCEND_PROFILER_OUTPUT/`` holds
 - ``STEP_TIME(id, startNs, endNs)``: step boundaries, which ``mstx_sum`` uses to give each range a
   step id (ids count from 1; ``mstx_sum`` reports ranges outside every step as step 0).
 
->>> from mstx_marks.backends.record import RangeRecord
+>>> from mstx_marks.records import RangeRecord
 >>> import tempfile, pathlib
 >>> db = ascend_db_path(tempfile.mkdtemp(), rank=3, worker="host_1", timestamp_ms=5)
 >>> db.parts[-3:]
 ('host_1_5_ascend_pt', 'ASCEND_PROFILER_OUTPUT', 'ascend_pytorch_profiler_3.db')
->>> r = RangeRecord("step", "default", 100, 250, 11, 22, "range")
+>>> r = RangeRecord("step", "default", 100, 250, 11, 22)
 >>> t = read_ascend_db(write_ascend_db(db, RankTrace(3, [r])))
 >>> (t.rank, t.steps, t.records[0].end_ns)
 (3, [(100, 250)], 250)
@@ -32,9 +32,8 @@ import time
 from contextlib import closing
 from pathlib import Path
 
-from ..backends.record import RangeRecord
+from ..records import InstantRecord, RangeRecord, RankTrace, Record, TraceFileError
 from .files import atomic_path, atomic_write_bytes
-from .trace import RankTrace, TraceFileError
 
 __all__ = [
     "EVENT_INSTANT",
@@ -102,15 +101,14 @@ def _rows(trace: RankTrace) -> tuple[dict[str, int], list[tuple[object, ...]]]:
     ids: dict[str, int] = {}
     rows: list[tuple[object, ...]] = []
     for rec in trace.records:
-        if rec.kind == "range" and rec.end_ns is None:
-            continue  # still open: no end to store
         msg = ids.setdefault(rec.name, len(ids) + 1)
         dom = ids.setdefault(rec.domain, len(ids) + 1)
         tid = (rec.pid << 32) | (rec.thread & 0xFFFFFFFF)
         event_id = len(rows) + 1
-        instant = rec.kind == "instant"
-        kind = EVENT_INSTANT if instant else EVENT_RANGE
-        end = rec.start_ns if instant else rec.end_ns
+        if isinstance(rec, InstantRecord):
+            kind, end = EVENT_INSTANT, rec.start_ns
+        else:
+            kind, end = EVENT_RANGE, rec.end_ns
         rows.append((rec.start_ns, end, kind, event_id, None, msg, tid, tid, dom, event_id))
     return ids, rows
 
@@ -196,24 +194,19 @@ def read_ascend_db(path: str | Path) -> RankTrace:
         raise TraceFileError(path, f"has a malformed STEP_TIME row ({e})") from e
     except sqlite3.Error as e:
         raise TraceFileError(path, f"is not a readable profiler database ({e})") from e
-    records = []
+    records: list[Record] = []
     try:
         for start, end, kind, name, domain, gtid in rows:
             if start is None or (kind != EVENT_INSTANT and end is None):
                 continue
             gtid = int(gtid or 0)
-            instant = kind == EVENT_INSTANT
-            records.append(
-                RangeRecord(
-                    name if name is not None else "<unnamed>",
-                    domain or "default",
-                    int(start),
-                    None if instant else int(end),
-                    gtid & 0xFFFFFFFF,
-                    gtid >> 32,
-                    "instant" if instant else "range",
-                )
-            )
+            name = name if name is not None else "<unnamed>"
+            domain = domain or "default"
+            tid, pid = gtid & 0xFFFFFFFF, gtid >> 32
+            if kind == EVENT_INSTANT:
+                records.append(InstantRecord(name, domain, int(start), tid, pid))
+            else:
+                records.append(RangeRecord(name, domain, int(start), int(end), tid, pid))
     except (TypeError, ValueError, OverflowError) as e:
         raise TraceFileError(path, f"has a malformed MSTX_EVENTS row ({e})") from e
     return RankTrace(_rank_of(path), records, steps, path)

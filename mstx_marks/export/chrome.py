@@ -8,8 +8,8 @@ Timestamps are microseconds after ``otherData.origin_ns`` rather than since the 
 holds an epoch time in microseconds only to a quarter of a microsecond, but small offsets keep
 every nanosecond, so :func:`read_chrome_trace` gives back exactly what was recorded.
 
->>> from mstx_marks.backends.record import RangeRecord
->>> r = RangeRecord("gen", "default", 2_000_000_500, 2_000_001_750, 7, 42, "range")
+>>> from mstx_marks.records import RangeRecord
+>>> r = RangeRecord("gen", "default", 2_000_000_500, 2_000_001_750, 7, 42)
 >>> ev = chrome_trace([RankTrace(0, [r])])["traceEvents"][-1]
 >>> ev["ph"], ev["ts"], ev["dur"], ev["tid"]
 ('X', 0.5, 1.25, 7)
@@ -21,9 +21,8 @@ import json
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from ..backends.record import RangeRecord
+from ..records import InstantRecord, RangeRecord, RankTrace, Record, TraceFileError
 from .files import atomic_write_bytes
-from .trace import RankTrace, TraceFileError
 
 __all__ = ["GENERATOR", "chrome_trace", "read_chrome_trace", "write_chrome_trace"]
 
@@ -45,7 +44,7 @@ def _default_origin(traces: Sequence[RankTrace]) -> int:
     return (min(starts) // _NS_PER_S) * _NS_PER_S if starts else 0
 
 
-def _event(rec: RangeRecord, rank: int, origin_ns: int) -> dict[str, Any] | None:
+def _event(rec: Record, rank: int, origin_ns: int) -> dict[str, Any]:
     ev: dict[str, Any] = {
         "name": rec.name,
         "cat": rec.domain,
@@ -54,12 +53,12 @@ def _event(rec: RangeRecord, rank: int, origin_ns: int) -> dict[str, Any] | None
         "tid": rec.thread,
         "args": {"domain": rec.domain},
     }
-    if rec.kind == "instant":
+    if isinstance(rec, InstantRecord):
         ev.update(ph="i", s="t")
-    elif rec.end_ns is None:
-        return None  # still open: no duration to show
     else:
         ev.update(ph="X", dur=_us(rec.end_ns - rec.start_ns))
+        if rec.open:
+            ev["args"]["open"] = True  # still running when recorded: ends at the flush
     return ev
 
 
@@ -81,10 +80,7 @@ def chrome_trace(traces: Iterable[RankTrace], origin_ns: int | None = None) -> d
         events.append(
             {"ph": "M", "name": "process_sort_index", "pid": t.rank, "args": {"sort_index": t.rank}}
         )
-        for rec in t.records:
-            ev = _event(rec, t.rank, origin)
-            if ev is not None:
-                events.append(ev)
+        events.extend(_event(rec, t.rank, origin) for rec in t.records)
     return {
         "traceEvents": events,
         "displayTimeUnit": "ms",
@@ -128,7 +124,7 @@ def read_chrome_trace(path: str | Path) -> list[RankTrace]:
     path = Path(path)
     doc = _load(path)
     other = doc["otherData"]
-    by_rank: dict[int, list[RangeRecord]] = {}
+    by_rank: dict[int, list[Record]] = {}
     try:
         origin = int(other.get("origin_ns", 0))
         meta = other.get("ranks", {})
@@ -139,10 +135,15 @@ def read_chrome_trace(path: str | Path) -> list[RankTrace]:
             rank = int(ev["pid"])
             pids = meta.get(str(rank), {}).get("pids") or [0]
             start = origin + _ns(ev["ts"])
-            end = start + _ns(ev["dur"]) if ph == "X" else None
-            domain = str(ev.get("args", {}).get("domain", ev.get("cat", "default")))
-            kind = "range" if ph == "X" else "instant"
-            rec = RangeRecord(str(ev["name"]), domain, start, end, int(ev["tid"]), pids[0], kind)
+            args = ev.get("args", {})
+            domain = str(args.get("domain", ev.get("cat", "default")))
+            name, tid = str(ev["name"]), int(ev["tid"])
+            rec: Record
+            if ph == "X":
+                end, is_open = start + _ns(ev["dur"]), bool(args.get("open", False))
+                rec = RangeRecord(name, domain, start, end, tid, pids[0], is_open)
+            else:
+                rec = InstantRecord(name, domain, start, tid, pids[0])
             by_rank.setdefault(rank, []).append(rec)
         steps = {int(k): [(int(s), int(e)) for s, e in v.get("steps", [])] for k, v in meta.items()}
     except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as e:

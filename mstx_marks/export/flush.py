@@ -25,9 +25,9 @@ from types import FrameType
 from typing import Callable, Iterable
 
 from ..backends.record import Recorder, default_recorder
+from ..records import RankTrace
 from .ascend_db import ascend_db_path, write_ascend_db
 from .chrome import write_chrome_trace
-from .trace import RankTrace
 
 __all__ = ["chrome_trace_path", "export_rank", "flush_at_exit"]
 

@@ -5,24 +5,25 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from mstx_marks.backends.record import RangeRecord, Recorder
+from mstx_marks.backends.record import Recorder
 from mstx_marks.export import RankTrace
+from mstx_marks.records import InstantRecord, RangeRecord, Record
 
 T0 = 1_700_000_000_000_000_000  # epoch ns, as time.time_ns() gives
 PID = 4242
 TID = 777
 
 
-def rng(name: str, start: int, end: int | None, domain: str = "default") -> RangeRecord:
-    return RangeRecord(
-        name, domain, T0 + start, None if end is None else T0 + end, TID, PID, "range"
-    )
+def rng(
+    name: str, start: int, end: int, domain: str = "default", open: bool = False
+) -> RangeRecord:
+    return RangeRecord(name, domain, T0 + start, T0 + end, TID, PID, open)
 
 
 def synthetic_rank(rank: int, steps: int = 3, tokens: int = 4, slow: int = 0) -> RankTrace:
     """Steps of 1000 ns (+ ``slow`` on update_actor): gen with ``tokens`` decode ranges, then
     update_actor; one instant per step. Durations are exact, so expected values are known."""
-    recs: list[RangeRecord] = []
+    recs: list[Record] = []
     t = 0
     for _ in range(steps):
         step_end = t + 1000 + slow
@@ -30,9 +31,7 @@ def synthetic_rank(rank: int, steps: int = 3, tokens: int = 4, slow: int = 0) ->
         recs.append(rng("gen", t + 10, t + 10 + 50 * tokens))
         for i in range(tokens):
             recs.append(rng("vllm_one_step", t + 10 + 50 * i, t + 50 + 50 * i, "vllm_one_step"))
-        recs.append(
-            RangeRecord("weights_synced", "default", T0 + t + 600, None, TID, PID, "instant")
-        )
+        recs.append(InstantRecord("weights_synced", "default", T0 + t + 600, TID, PID))
         recs.append(rng("update_actor", t + 700, t + 990 + slow))
         t = step_end + 5
     return RankTrace(rank, recs)
@@ -43,16 +42,21 @@ domains = st.sampled_from(["default", "vllm_one_step", "verl"])
 
 
 @st.composite
-def records(draw: st.DrawFn) -> list[RangeRecord]:
-    """Arbitrary closed ranges and instants (open ranges are left to the tests that want them)."""
-    out = []
+def records(draw: st.DrawFn) -> list[Record]:
+    """Arbitrary ranges (some flagged open) and instants."""
+    out: list[Record] = []
     for _ in range(draw(st.integers(0, 25))):
         start = T0 + draw(st.integers(0, 10**12))
         kind = draw(st.sampled_from(["range", "range", "instant"]))
-        end = None if kind == "instant" else start + draw(st.integers(0, 10**10))
         tid = draw(st.integers(1, 2**31 - 1))
         pid = draw(st.integers(1, 2**22))
-        out.append(RangeRecord(draw(names), draw(domains), start, end, tid, pid, kind))
+        if kind == "instant":
+            out.append(InstantRecord(draw(names), draw(domains), start, tid, pid))
+        else:
+            end = start + draw(st.integers(0, 10**10))
+            out.append(
+                RangeRecord(draw(names), draw(domains), start, end, tid, pid, draw(st.booleans()))
+            )
     return sorted(out, key=lambda r: r.start_ns)
 
 
