@@ -7,18 +7,20 @@
 """
 
 from .backends.record import Recorder, default_recorder
+from .diagnostics import MstxMarksWarning
 from .names import DEFAULT_DOMAIN, MAX_NAME_BYTES
 from .phases import Phase
 from .ranges import Mark, Range, instant, mark, mstx_range
 from .records import InstantRecord, RangeRecord, RankTrace
 from .sampling import every, first, window
-from .settings import configure, current_backend, is_active
+from .settings import configure, current_backend, is_active, recording
 
 __all__ = [
     "DEFAULT_DOMAIN",
     "MAX_NAME_BYTES",
     "InstantRecord",
     "Mark",
+    "MstxMarksWarning",
     "Phase",
     "Range",
     "RangeRecord",
@@ -33,6 +35,7 @@ __all__ = [
     "is_active",
     "mark",
     "mstx_range",
+    "recording",
     "window",
 ]
 

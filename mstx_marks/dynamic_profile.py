@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
-from .profiler import AIC_METRICS, experimental_config
+from .checks import check_int
+from .export.files import atomic_path
+from .profiler import experimental_config
+from .profiler_options import AIC_METRICS, LEVEL_WORDS
 
 __all__ = ["CONFIG_NAME", "check_dynamic_profile_config", "dynamic_profile_config"]
 
@@ -37,8 +39,6 @@ _EXP_KEYS = {"profiler_level", "aic_metrics", "l2_cache", "op_attr", "gc_detect_
 _EXP_KEYS |= {"data_simplification", "record_op_args", "export_type", "msprof_tx", "mstx"}
 _EXP_KEYS |= {"host_sys", "mstx_domain_include", "mstx_domain_exclude", "sys_io"}
 _EXP_KEYS |= {"sys_interconnection"}
-_LEVEL_WORDS = {"Level_none": "level_none", "Level0": "level0", "Level1": "level1"}
-_LEVEL_WORDS["Level2"] = "level2"
 _AIC_NAMES = {value: name for name, value in AIC_METRICS.items()}
 # torch_npu's own default file lists every key; ours does too, so it reads the same way.
 _EXP_DEFAULTS: Dict[str, Any] = {
@@ -60,14 +60,6 @@ _EXP_DEFAULTS: Dict[str, Any] = {
 def _file(path: Union[str, os.PathLike[str]]) -> Path:
     p = Path(path)
     return p if p.name.endswith(".json") else p / CONFIG_NAME
-
-
-def _int(value: object, what: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{what} must be an int, got {type(value).__name__} {value!r}")
-    if value < minimum:
-        raise ValueError(f"{what} must be >= {minimum}, got {value}")
-    return value
 
 
 def dynamic_profile_config(
@@ -100,7 +92,7 @@ def dynamic_profile_config(
     """
     if not isinstance(start_step, int) or isinstance(start_step, bool) or start_step == 0:
         raise ValueError(f"start_step {start_step!r} must be -1 (next step) or a step >= 1")
-    _int(start_step, "start_step", -1)
+    check_int(start_step, "start_step", -1)
     acts = list(activities) if not isinstance(activities, str) else [activities]
     if not acts or any(a not in _ACTIVITIES for a in acts) or len(set(acts)) != len(acts):
         raise ValueError(f"activities {activities!r} must be distinct names from CPU, NPU")
@@ -129,7 +121,7 @@ def dynamic_profile_config(
     if ranks is not None:
         if isinstance(ranks, (int, str)):
             raise TypeError(f"ranks must be a list of ints, got {ranks!r}")
-        rank_list = sorted({_int(r, "ranks entry", 0) for r in ranks})
+        rank_list = sorted({check_int(r, "ranks entry", 0) for r in ranks})
         if not rank_list:
             raise ValueError("ranks must name at least one rank (or be None for every rank)")
     exp = experimental_config(**experimental)
@@ -141,8 +133,8 @@ def dynamic_profile_config(
         "activities": acts,
         "prof_dir": prof_dir,
         **flags,
-        "active": _int(active, "active", 1),
-        "warmup": _int(warmup, "warmup", 0),
+        "active": check_int(active, "active", 1),
+        "warmup": check_int(warmup, "warmup", 0),
         "start_step": start_step,
         "is_rank": ranks is not None,
         "rank_list": rank_list,
@@ -158,27 +150,19 @@ def dynamic_profile_config(
 
 
 def _write_atomically(target: Path, text: str) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
     try:
-        old = target.stat()
+        old_mtime: int | None = int(target.stat().st_mtime)
     except FileNotFoundError:
-        old = None
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
+        old_mtime = None
+    with atomic_path(target) as tmp:
+        with open(tmp, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
-        os.chmod(tmp, old.st_mode & 0o777 if old else 0o640)
         # torch_npu only notices a change of whole seconds, and may not have read the previous
         # version yet: never go back to a second an earlier version may have had.
-        if old is not None and int(os.stat(tmp).st_mtime) <= int(old.st_mtime):
-            later = int(old.st_mtime) + 1
-            os.utime(tmp, (later, later))
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        if old_mtime is not None and int(os.stat(tmp).st_mtime) <= old_mtime:
+            os.utime(tmp, (old_mtime + 1, old_mtime + 1))
 
 
 def check_dynamic_profile_config(
@@ -255,18 +239,18 @@ def _check_experimental(exp: Any) -> List[str]:
     elif exp.get("mstx") is not True:
         problems.append("experimental_config: mstx is not true: MSTX ranges are not collected")
     level = exp.get("profiler_level", "Level0")
-    if not isinstance(level, str) or level not in _LEVEL_WORDS:
+    if not isinstance(level, str) or level not in LEVEL_WORDS:
         # torch_npu looks the name up as written: "level1" is reset to Level0.
         problems.append(
             f"experimental_config: profiler_level {level!r} is not one of "
-            f"{', '.join(_LEVEL_WORDS)} (reset to Level0)"
+            f"{', '.join(LEVEL_WORDS)} (reset to Level0)"
         )
         level = "Level0"
     aic = exp.get("aic_metrics", "AiCoreNone")
     export = exp.get("export_type", "text")
     try:
         experimental_config(
-            level=_LEVEL_WORDS[level],
+            level=LEVEL_WORDS[level],
             export=export,
             include=exp.get("mstx_domain_include") or None,
             exclude=exp.get("mstx_domain_exclude") or None,

@@ -84,8 +84,16 @@ class _Patch:
         self.label = label
 
 
-#: id(installed wrapper) -> its patch: how a second instrument() call recognizes our wrappers.
-_live: dict[int, _Patch] = {}
+#: Each installed wrapper -> its patch: how a second instrument() call recognizes our wrappers.
+#: Keyed by the wrapper itself (held alive by the patch anyway), never by id(): ids are reused.
+_live: dict[object, _Patch] = {}
+
+
+def _is_live(obj: object) -> bool:
+    try:
+        return obj in _live
+    except TypeError:  # an unhashable callable cannot be one of our wrappers
+        return False
 
 
 class Instrumented:
@@ -122,7 +130,7 @@ class Instrumented:
 
 
 def _restore(patch: _Patch) -> None:
-    del _live[id(patch.installed)]
+    del _live[patch.installed]
     current = getattr(patch.owner, "__dict__", {}).get(patch.attr, _ABSENT)
     if current is not patch.installed:
         # Someone patched over our wrapper; restoring would throw their patch away.
@@ -286,7 +294,7 @@ def replace(
         for attr in names:
             raw, owned = _stored(owner, label, attr)
             _check_patchable(raw, label, attr)
-            if not again and id(raw) in _live:  # a live patch keeps its wrapper: ids are unique
+            if not again and _is_live(raw):
                 skipped.append((f"{label}.{attr}", "already instrumented"))
             else:
                 plan.append((attr, raw, owned))
@@ -296,7 +304,7 @@ def replace(
                 wrapped = wrap(owner, attr, raw)
                 setattr(owner, attr, wrapped)
                 patches.append(_Patch(owner, attr, raw, wrapped, owned, f"{label}.{attr}"))
-                _live[id(wrapped)] = patches[-1]
+                _live[wrapped] = patches[-1]
         except BaseException:
             Instrumented(patches, ()).undo()  # an owner that refuses one attribute gets none
             raise

@@ -92,7 +92,7 @@ class Phase:
     Phase('micro_batch3')
     """
 
-    __slots__ = ("aliases", "description", "domain", "framework", "indexed", "name")
+    __slots__ = ("_at", "aliases", "description", "domain", "framework", "indexed", "name")
 
     name: str
     domain: str
@@ -124,6 +124,7 @@ class Phase:
         if not isinstance(indexed, bool):
             raise TypeError(f"indexed must be a bool, got {indexed!r}")
         self.indexed = indexed
+        self._at: dict[int, Phase] = {}
 
     def at(self, index: int) -> Phase:
         """The phase for one index of an indexed phase: ``MICRO_BATCH.at(3)`` is ``micro_batch3``.
@@ -135,14 +136,22 @@ class Phase:
         """
         if not self.indexed:
             raise ValueError(f"{self!r} is not indexed; only indexed phases take .at(index)")
+        found = self._at.get(index) if type(index) is int else None
+        if found is not None:
+            return found
         if type(index) is not int or index < 0:
             raise ValueError(f"{self.name}.at(index): index must be an int >= 0, got {index!r}")
-        return Phase(
+        # One object per index: phases hash by identity, so mark(P.at(i)) in a loop must find
+        # the same cached range every time rather than add one per call.
+        found = Phase(
             f"{self.name}{index}",
             self.domain,
             framework=self.framework,
             description=self.description,
         )
+        if len(self._at) < _MAX_INDEXED:
+            self._at[index] = found
+        return found
 
     def __repr__(self) -> str:
         dom = "" if self.domain == DEFAULT_DOMAIN else f", domain={self.domain!r}"
@@ -177,6 +186,8 @@ class UnknownPhase(KeyError):
 
 
 _lock = threading.Lock()
+#: How many indexed phases each indexed phase keeps (beyond it, at() builds a fresh one).
+_MAX_INDEXED = 4096
 #: every phase name and alias -> its phase; the one lookup table
 _by_name: dict[str, Phase] = {}
 #: phases in registration order, for the table
@@ -316,7 +327,7 @@ def _std(
     )
 
 
-# --- the standard phases (REFERENCE §4). Aliases are grouped by where they come from. -----------
+# --- the standard phases, as each framework emits them. Aliases are grouped by their source. ----
 
 _VERL_MS = "verl, MindSpeed-RL"
 

@@ -19,10 +19,14 @@ import importlib
 import inspect
 import warnings
 from collections.abc import Iterable, Sequence
-from typing import Any, Callable, Dict, List, Optional, Union
+from typing import Any, Callable, Dict, Optional, Union
 
+from .checks import check_bool as _check_bool
+from .checks import check_int as _check_count
+from .checks import check_names as _names
 from .instrument import replace
 from .names import check_domain
+from .profiler_options import AIC_METRICS, CONTENTS, EXPORT_TYPES, HOST_SYS, LEVELS
 from .ranges import rewrap
 
 __all__ = [
@@ -38,30 +42,6 @@ __all__ = [
     "profiler_schedule",
 ]
 
-# verl's spelling -> torch_npu's ``ProfilerLevel`` value.
-LEVELS: Dict[str, str] = {
-    "level_none": "Level_none",
-    "level0": "Level0",
-    "level1": "Level1",
-    "level2": "Level2",
-}
-# torch_npu's ``AiCMetrics`` attribute names -> values.
-AIC_METRICS: Dict[str, str] = {
-    "AiCoreNone": "ACL_AICORE_NONE",
-    "PipeUtilization": "ACL_AICORE_PIPE_UTILIZATION",
-    "ArithmeticUtilization": "ACL_AICORE_ARITHMETIC_UTILIZATION",
-    "Memory": "ACL_AICORE_MEMORY_BANDWIDTH",
-    "MemoryL0": "ACL_AICORE_L0B_AND_WIDTH",
-    "MemoryUB": "ACL_AICORE_MEMORY_UB",
-    "ResourceConflictRatio": "ACL_AICORE_RESOURCE_CONFLICT_RATIO",
-    "L2Cache": "ACL_AICORE_L2_CACHE",
-    "MemoryAccess": "ACL_AICORE_MEMORY_ACCESS",
-}
-EXPORT_TYPES = ("db", "text")
-HOST_SYS = ("cpu", "mem", "disk", "network", "osrt", "numa")
-# verl's ``tool_config.npu.contents``.
-CONTENTS = ("npu", "cpu", "memory", "shapes", "module", "stack")
-
 
 def _torch_npu() -> Any:
     """torch_npu, imported only when a caller needs it (an optional dependency)."""
@@ -74,35 +54,6 @@ class ExperimentalConfigArgs(Dict[str, Any]):
     def build(self) -> Any:
         """Return the real ``_ExperimentalConfig`` (needs an importable torch_npu)."""
         return _torch_npu().profiler._ExperimentalConfig(**self)
-
-
-def _check_bool(value: object, what: str) -> bool:
-    if not isinstance(value, bool):
-        raise TypeError(f"{what} must be True or False, got {type(value).__name__} {value!r}")
-    return value
-
-
-def _check_count(value: object, what: str, minimum: int = 0) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{what} must be an int, got {type(value).__name__} {value!r}")
-    if value < minimum:
-        raise ValueError(f"{what} must be >= {minimum}, got {value}")
-    return value
-
-
-def _names(values: object, what: str, allowed: Optional[Sequence[str]] = None) -> List[str]:
-    """A list of distinct str (order kept) from any iterable except a bare str."""
-    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
-        raise TypeError(f"{what} must be a list of names, got {type(values).__name__} {values!r}")
-    out: List[str] = []
-    for value in values:
-        if not isinstance(value, str):
-            raise TypeError(f"{what} entries must be str, got {type(value).__name__} {value!r}")
-        if allowed is not None and value not in allowed:
-            raise ValueError(f"{what} entry {value!r} is not one of {', '.join(allowed)}")
-        if value not in out:
-            out.append(value)
-    return out
 
 
 def _level(level: object) -> str:

@@ -30,7 +30,7 @@ from .phases import Phase
 from .sampling import Decisions, Policy
 from .settings import Gate, fault, gate, host_gates
 
-__all__ = ["Mark", "Range", "instant", "mark", "mstx_range", "rewrap"]
+__all__ = ["Mark", "Range", "instant", "mark", "mstx_range"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 Name = Union[str, Phase]
@@ -434,7 +434,7 @@ def instant(name: Name, *, domain: str | None = None, stream: object = None) -> 
     if type(name) is not str or not 0 < len(name) <= SAFE_CHARS:
         name, domain = _site_name(name, domain)
     g = _gate(domain, stream)
-    call = g.mark
+    call = g.instant
     if call is not None:
         try:
             call(name, g.domain)

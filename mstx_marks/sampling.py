@@ -19,7 +19,10 @@ from __future__ import annotations
 
 import itertools
 import operator
+import sys
 from typing import Any, Callable, Iterable, Iterator, SupportsIndex
+
+from .checks import check_int
 
 __all__ = ["Decisions", "Policy", "every", "first", "window"]
 
@@ -93,14 +96,6 @@ def _combine(op: Callable[[bool, bool], bool], a: Policy, b: Policy, sym: str) -
     )
 
 
-def _count(value: object, what: str, least: int) -> int:
-    if type(value) is not int:
-        raise TypeError(f"{what} must be an int, got {type(value).__name__} {value!r}")
-    if value < least:
-        raise ValueError(f"{what} must be >= {least}, got {value}")
-    return value
-
-
 def every(n: int) -> Policy:
     """Mark calls 0, n, 2n, ...
 
@@ -109,7 +104,7 @@ def every(n: int) -> Policy:
     ...
     ValueError: every(n): n must be >= 1, got 0
     """
-    n = _count(n, "every(n): n", 1)
+    n = check_int(n, "every(n): n", 1, sys.maxsize)
     make: Callable[[], tuple[Iterable[bool], ...]]
     if n <= _CYCLE_MAX:
         pattern = (True,) + (False,) * (n - 1)
@@ -132,7 +127,7 @@ def first(k: int) -> Policy:
     >>> first(2).indices(5)
     [0, 1]
     """
-    k = _count(k, "first(k): k", 0)
+    k = check_int(k, "first(k): k", 0, sys.maxsize)
     return Policy(
         lambda: (itertools.repeat(True, k), itertools.repeat(False)),
         f"first({k})",
@@ -148,8 +143,8 @@ def window(start: int, stop: int) -> Policy:
     ...
     ValueError: window(start, stop): stop must be > start, got start=5, stop=5
     """
-    start = _count(start, "window(start, stop): start", 0)
-    stop = _count(stop, "window(start, stop): stop", 0)
+    start = check_int(start, "window(start, stop): start", 0, sys.maxsize)
+    stop = check_int(stop, "window(start, stop): stop", 0, sys.maxsize)
     if stop <= start:
         raise ValueError(
             f"window(start, stop): stop must be > start, got start={start}, stop={stop}"

@@ -5,12 +5,8 @@ Every range site holds a :class:`Gate` for its (domain, stream). A gate's ``star
 path decides with one attribute read. Settings changes rewrite every gate, which is how
 ``configure`` reaches functions decorated before it was called.
 
-The environment is read at first use, not at import:
-
-- ``MSTX_MARKS_BACKEND``: auto | mstx | nvtx | torch | record | noop
-- ``MSTX_MARKS_DISABLE=1``
-- ``MSTX_MARKS_INCLUDE`` / ``MSTX_MARKS_EXCLUDE``: comma-separated domains
-- ``MSTX_MARKS_RANKS``: comma-separated ranks, e.g. ``0,1``
+The environment (:mod:`mstx_marks.env`: backend, disable, include/exclude, ranks, out) is read
+at first use, not at import.
 
 >>> configure(backend="record", include=["verl"])
 >>> is_active("verl"), is_active()
@@ -20,18 +16,17 @@ The environment is read at first use, not at import:
 
 from __future__ import annotations
 
-import os
-import sys
 import threading
-import warnings
 from collections.abc import Hashable, Iterable
 from typing import Any, Callable, Union
 
-from . import backends
-from .backends.base import Backend, Emitter, EndFn, MarkFn, StartFn
+from . import backends, env
+from .backends.base import Backend, Emitter, EndFn, InstantFn, StartFn
+from .backends.record import Recorder
+from .diagnostics import warn
 from .names import DEFAULT_DOMAIN, check_domain
 
-__all__ = ["Gate", "configure", "current_backend", "fault", "gate", "is_active", "reset"]
+__all__ = ["configure", "current_backend", "is_active", "recording"]
 
 #: What ``stream=`` takes: None (host only), "current", or a stream object.
 Stream = object
@@ -47,24 +42,28 @@ def _no_end(handle: Any, domain: str) -> None:
 class Gate:
     """The switch one range site reads: the three backend calls, or None while inactive."""
 
-    __slots__ = ("domain", "end", "mark", "start", "stream")
+    __slots__ = ("domain", "end", "instant", "start", "stream")
 
     start: StartFn | None
     end: EndFn  # only called with a handle that start returned, so never needs to be None
-    mark: MarkFn | None
+    instant: InstantFn | None
 
     def __init__(self, domain: str, stream: Stream) -> None:
         self.domain = domain
         self.stream = stream
-        self.open(_first_use(self))
+        self.route(_first_use(self))
 
-    def open(self, em: Emitter | None) -> None:
-        """Route this gate's ranges to ``em``, or switch it off with None."""
+    def route(self, em: Emitter | None) -> None:
+        """Send this gate's ranges to ``em``; None closes the gate."""
         if em is None:
-            self.start = self.mark = None
-            self.end = _no_end
+            self.close()
         else:
-            self.start, self.end, self.mark = em.start, em.end, em.mark
+            self.start, self.end, self.instant = em.start, em.end, em.instant
+
+    def close(self) -> None:
+        """Switch this gate off: new ranges cost one attribute read; open ones still end."""
+        self.start = self.instant = None
+        self.end = _no_end
 
     # Ray and multiprocessing pickle decorated functions by value: a gate travels as its key and
     # rebinds to the receiving process's own settings.
@@ -82,9 +81,11 @@ class _Settings:
         self.include: frozenset[str] | None = None
         self.exclude: frozenset[str] = frozenset()
         self.ranks: frozenset[int] | None = None
+        self.record = False
         self.emitters: dict[Hashable, Emitter] = {}
-        # id of each current backend call -> its backend, so a fault names the right backend.
-        self.owners: dict[int, Backend] = {}
+        # Each current backend call -> its backend, so a fault names the right backend. Keyed by
+        # the call itself (held alive here), never by id(): a freed call's id can be reused.
+        self.owners: dict[Callable[..., object], Backend] = {}
 
 
 _settings = _Settings()
@@ -151,16 +152,16 @@ def _first_use(g: Gate) -> Emitter | None:
         except Exception as exc:
             fault(handle[0], exc)
 
-    def mark(name: str, domain: str) -> None:
+    def instant(name: str, domain: str) -> None:
         _resolve()
-        real_mark = g.mark
-        if real_mark is not None:
+        real_instant = g.instant
+        if real_instant is not None:
             try:
-                real_mark(name, domain)
+                real_instant(name, domain)
             except Exception as exc:
-                fault(real_mark, exc)
+                fault(real_instant, exc)
 
-    return Emitter(_settings.backend, start, end, mark)
+    return Emitter(_settings.backend, start, end, instant)
 
 
 # --- reading and applying settings -------------------------------------------------------------
@@ -172,30 +173,31 @@ def _split(raw: str) -> list[str]:
 
 def _from_env() -> dict[str, Any]:
     """Environment settings; a bad value warns and is ignored, since this runs in the hot path."""
-    env: dict[str, Any] = {}
+    found: dict[str, Any] = {}
     readers: list[tuple[str, str, Callable[[str], Any]]] = [
-        ("MSTX_MARKS_BACKEND", "backend", lambda v: _check_backend(v.strip().lower())),
-        ("MSTX_MARKS_DISABLE", "enabled", lambda v: v.strip().lower() not in ("1", "true", "yes")),
-        ("MSTX_MARKS_INCLUDE", "include", lambda v: _check_domains(_split(v), "include")),
-        ("MSTX_MARKS_EXCLUDE", "exclude", lambda v: _check_domains(_split(v), "exclude")),
-        ("MSTX_MARKS_RANKS", "ranks", lambda v: _check_ranks([int(r) for r in _split(v)])),
+        (env.BACKEND, "backend", lambda v: _check_backend(v.lower())),
+        (env.INCLUDE, "include", lambda v: _check_domains(_split(v), "include")),
+        (env.EXCLUDE, "exclude", lambda v: _check_domains(_split(v), "exclude")),
+        (env.RANKS, "ranks", lambda v: _check_ranks([int(r) for r in _split(v)])),
     ]
     for var, key, parse in readers:
-        raw = os.environ.get(var)
-        if raw is None or not raw.strip():
+        raw = env.text(var)
+        if raw is None:
             continue
         try:
-            env[key] = parse(raw)
+            found[key] = parse(raw)
         except (ValueError, TypeError) as exc:
-            warnings.warn(f"mstx_marks: ignoring {var}={raw!r}: {exc}", stacklevel=4)
-    if env.get("include") and env.get("exclude"):
-        warnings.warn(
-            "mstx_marks: both MSTX_MARKS_INCLUDE and MSTX_MARKS_EXCLUDE are set; include wins,"
-            " as in the Ascend profiler",
-            stacklevel=4,
+            warn(f"ignoring {var}={raw!r}: {exc}")
+    if env.text(env.DISABLE) is not None:
+        found["enabled"] = not env.flag(env.DISABLE)
+    if env.text(env.OUT) is not None:
+        found["record"] = True
+    if found.get("include") and found.get("exclude"):
+        warn(
+            f"both {env.INCLUDE} and {env.EXCLUDE} are set; include wins, as in the Ascend profiler"
         )
-        del env["exclude"]
-    return env
+        del found["exclude"]
+    return found
 
 
 def _resolve() -> None:
@@ -213,9 +215,12 @@ def _apply() -> None:
         s.explicit = merged
     s.resolved = True
     spec = merged.get("backend", "auto")
-    if spec != s.spec:
-        s.spec = spec
+    record = bool(merged.get("record", False))
+    if spec != s.spec or record != s.record:
+        s.spec, s.record = spec, record
         s.backend = _create(spec)
+        if record:
+            s.backend = backends.tee_with_recorder(s.backend)
         s.emitters, s.owners = {}, {}
     s.enabled = merged.get("enabled", True)
     include = merged.get("include")
@@ -232,32 +237,15 @@ def _create(spec: BackendSpec) -> Backend:
     try:
         return backends.create(spec)
     except Exception as exc:
-        warnings.warn(
-            f"mstx_marks: backend {spec!r} cannot work here ({exc}); ranges are not recorded",
-            stacklevel=5,
-        )
+        warn(f"backend {spec!r} cannot work here ({exc}); ranges are not recorded")
         return backends.NoopBackend()
-
-
-def current_rank() -> int:
-    """``RANK`` from the environment, else torch.distributed's rank when initialised, else 0."""
-    raw = os.environ.get("RANK", "").strip()
-    if raw.lstrip("-").isdigit():
-        return int(raw)
-    dist = sys.modules.get("torch.distributed")
-    try:
-        if dist is not None and dist.is_available() and dist.is_initialized():
-            return int(dist.get_rank())
-    except Exception:
-        pass
-    return 0
 
 
 def _active(domain: str) -> bool:
     s = _settings
     if not s.enabled or isinstance(s.backend, backends.NoopBackend):
         return False
-    if s.ranks is not None and current_rank() not in s.ranks:
+    if s.ranks is not None and env.rank() not in s.ranks:
         return False
     if s.include is not None:
         return domain in s.include
@@ -276,14 +264,14 @@ def _emitter_for(g: Gate) -> Emitter | None:
             _drop(_settings.backend, exc)
             return None
         _settings.emitters[key] = em
-        for call in (em.start, em.end, em.mark):
-            _settings.owners[id(call)] = em.backend
+        for call in (em.start, em.end, em.instant):
+            _settings.owners[call] = em.backend
     return em
 
 
 def _refresh() -> None:
     for g in list(_gates.values()):
-        g.open(_emitter_for(g))
+        g.route(_emitter_for(g))
 
 
 # --- faults ------------------------------------------------------------------------------------
@@ -296,18 +284,19 @@ def fault(call: Callable[..., object], exc: BaseException) -> int:
     handle, so the caller skips the matching end.
     """
     with _lock:
-        backend = _settings.owners.get(id(call))
+        backend = _settings.owners.get(call)
         if backend is _settings.backend:
             _drop(backend, exc)
     return 0
 
 
 def _drop(backend: Backend, exc: BaseException) -> None:
-    degraded = backend.degrade()
+    try:
+        degraded = backend.degrade()
+    except Exception:  # a custom backend's degrade() must not reach the workload either
+        degraded = False
     what = "switching to a safer path" if degraded else "ranges are no longer recorded"
-    warnings.warn(
-        f"mstx_marks: backend {backend.name!r} raised {exc!r}; {what}", RuntimeWarning, stacklevel=4
-    )
+    warn(f"backend {backend.name!r} raised {exc!r}; {what}")
     if not degraded:
         _settings.backend = backends.NoopBackend()
     _settings.emitters, _settings.owners = {}, {}
@@ -351,13 +340,16 @@ def configure(
     include: Iterable[str] | None = None,
     exclude: Iterable[str] | None = None,
     ranks: Iterable[int] | None = None,
+    record: bool | None = None,
 ) -> None:
     """Change the settings now; arguments left as None keep their value.
 
     ``include``/``exclude`` follow the Ascend profiler: with include only listed domains emit,
     with exclude all but the listed ones (``"default"`` is an ordinary domain). Giving one
     replaces the other; an empty list clears the filter. Giving both is a ValueError.
-    ``ranks`` limits emitting to those ranks (an empty list: all ranks).
+    ``ranks`` limits emitting to those ranks (an empty list: all ranks). ``record=True`` also
+    keeps every range in the in-process recorder, beside the backend (what writing files needs;
+    see :func:`recording`).
 
     >>> configure(backend="record", exclude=["communication"], ranks=[0])
     >>> is_active("communication"), is_active("verl")
@@ -369,8 +361,9 @@ def configure(
             f"give include ({include!r}) or exclude ({exclude!r}), not both: "
             "the profiler would silently ignore exclude"
         )
-    if enabled is not None and not isinstance(enabled, bool):
-        raise TypeError(f"enabled must be a bool, got {enabled!r}")
+    for what, value in (("enabled", enabled), ("record", record)):
+        if value is not None and not isinstance(value, bool):
+            raise TypeError(f"{what} must be True or False, got {value!r}")
     changes: dict[str, Any] = {}
     if backend is not None:
         changes["backend"] = _check_backend(backend)
@@ -382,6 +375,8 @@ def configure(
         changes["exclude"], changes["include"] = _check_domains(exclude, "exclude"), ()
     if ranks is not None:
         changes["ranks"] = _check_ranks(ranks)
+    if record is not None:
+        changes["record"] = record
     with _lock:
         # Not _resolve() first: that would build (and auto-detect) the env/default backend only
         # to replace it. Before the first resolution _apply merges the env under these values.
@@ -408,10 +403,29 @@ def current_backend() -> Backend:
     return _settings.backend
 
 
+def state() -> _Settings:
+    """The settings in force (resolved), for the library's own diagnostics. Read-only."""
+    _resolve()
+    return _settings
+
+
+def recording() -> bool:
+    """Whether ranges are kept in the in-process recorder (backend ``record``, or beside another
+    backend after ``configure(record=True)`` or with ``MSTX_MARKS_OUT``).
+
+    >>> configure(record=True)
+    >>> recording()
+    True
+    >>> reset()
+    """
+    _resolve()
+    return _settings.record or isinstance(_settings.backend, Recorder)
+
+
 def reset() -> None:
     """Forget ``configure`` calls; the environment is read again at next use. For tests."""
     global _settings
     with _lock:
         _settings = _Settings()
         for g in _gates.values():
-            g.open(_first_use(g))
+            g.route(_first_use(g))

@@ -22,9 +22,12 @@ import functools
 import re
 import shlex
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Callable, Dict, List, NamedTuple, Optional, Tuple, Union
+
+from .checks import check_bool, check_ints, check_names
+from .profiler_options import CONTENTS, LEVELS
 
 __all__ = [
     "CONTENTS",
@@ -43,46 +46,15 @@ ROLES: Dict[str, str] = {
     "rollout": "actor_rollout_ref.rollout.profiler",
     "critic": "critic.profiler",
 }
-LEVELS = ("level_none", "level0", "level1", "level2")
-CONTENTS = ("npu", "cpu", "memory", "shapes", "module", "stack")
 TOOLS = ("nsys", "npu", "torch", "torch_memory", "precision_debugger")
 ENGINES = ("vllm", "sglang")
 _SAFE_VALUE = re.compile(r"[A-Za-z0-9_/.+\-]+\Z")
 
 
 def _bool(value: object, what: str) -> bool:
-    if not isinstance(value, bool):
-        raise TypeError(
-            f"{what} must be True or False, got {type(value).__name__} {value!r} "
-            "(verl takes anything else as a string, and a non-empty string is true)"
-        )
-    return value
-
-
-def _ints(values: object, what: str, minimum: int) -> List[int]:
-    if isinstance(values, (str, bytes, int)) or not isinstance(values, Iterable):
-        raise TypeError(f"{what} must be a list of ints, got {type(values).__name__} {values!r}")
-    out: List[int] = []
-    for v in values:
-        if isinstance(v, bool) or not isinstance(v, int):
-            raise TypeError(f"{what} entries must be int, got {type(v).__name__} {v!r}")
-        if v < minimum:
-            raise ValueError(f"{what} entry {v} must be >= {minimum}")
-        if v not in out:
-            out.append(v)
-    return out
-
-
-def _choices(values: object, what: str, allowed: Sequence[str]) -> List[str]:
-    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
-        raise TypeError(f"{what} must be a list of names, got {type(values).__name__} {values!r}")
-    out: List[str] = []
-    for v in values:
-        if v not in allowed:
-            raise ValueError(f"{what} entry {v!r} is not one of {', '.join(allowed)}")
-        if v not in out:
-            out.append(v)
-    return out
+    return check_bool(
+        value, what, "verl takes anything else as a string, and a non-empty one is true"
+    )
 
 
 def _looks_typed(text: str) -> bool:
@@ -155,21 +127,21 @@ def verl_overrides(
             f"tool {tool!r}: these overrides configure tool_config.npu, which verl ignores unless "
             f"tool is 'npu'" + (f"; {hint}" if hint else "")
         )
-    step_list = _ints(steps, "steps", 1)
+    step_list = check_ints(steps, "steps", 1)
     if not step_list:
         raise ValueError("steps must list at least one step (an empty or null list profiles none)")
     if not isinstance(save_path, str) or not save_path:
         raise ValueError(f"save_path must be a non-empty str, got {save_path!r}")
-    role_list = _choices(roles, "roles", tuple(ROLES))
+    role_list = check_names(roles, "roles", tuple(ROLES))
     if not role_list:
         raise ValueError("roles must name at least one of " + ", ".join(ROLES))
     _bool(all_ranks, "all_ranks")
-    rank_list = None if ranks is None else _ints(ranks, "ranks", 0)
+    rank_list = None if ranks is None else check_ints(ranks, "ranks", 0)
     if all_ranks and rank_list:
         raise ValueError(f"ranks {rank_list} and all_ranks=True conflict: pick one")
     if level is not None and level not in LEVELS:
         raise ValueError(f"level {level!r} must be one of {', '.join(LEVELS)}")
-    content_list = None if contents is None else _choices(contents, "contents", CONTENTS)
+    content_list = None if contents is None else check_names(contents, "contents", CONTENTS)
     if analysis is not None:
         _bool(analysis, "analysis")
     _bool(continuous, "continuous")
@@ -190,7 +162,7 @@ def verl_overrides(
         if len(token_window) != 2:
             raise ValueError(f"token_window {token_window!r} must be (start, stop)")
         for bound in token_window:
-            _ints([bound], "token_window", 0)
+            check_ints([bound], "token_window", 0)
         if token_window[1] <= token_window[0]:
             raise ValueError(f"token_window {token_window!r} needs stop > start")
     if (

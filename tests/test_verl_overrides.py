@@ -348,7 +348,7 @@ def test_cli_prints_shell_ready_overrides(capsys: pytest.CaptureFixture[str], ve
 
 def test_cli_bad_input_names_value_and_rule(capsys: pytest.CaptureFixture[str]) -> None:
     assert verl_overrides_cli(["--steps", "0"]) == 2
-    assert "steps entry 0 must be >= 1" in capsys.readouterr().err
+    assert "steps entry must be >= 1, got 0" in capsys.readouterr().err
     assert verl_overrides_cli(["--steps", "x"]) == 2
     assert "'x' must be comma-separated ints" in capsys.readouterr().err
     assert verl_overrides_cli(["--steps", "1", "--roles", "rollout", "--no-discrete"]) == 2

@@ -16,8 +16,19 @@ import threading
 
 from .base import Backend, BackendUnavailable, Emitter
 from .noop import NoopBackend
+from .tee import Tee, tee_with_recorder
 
-__all__ = ["NAMES", "Backend", "BackendUnavailable", "Emitter", "NoopBackend", "create", "detect"]
+__all__ = [
+    "NAMES",
+    "Backend",
+    "BackendUnavailable",
+    "Emitter",
+    "NoopBackend",
+    "Tee",
+    "create",
+    "detect",
+    "tee_with_recorder",
+]
 
 #: Module and class of each named backend, imported on demand.
 _BUILTIN = {

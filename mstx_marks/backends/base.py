@@ -8,7 +8,7 @@ once per stream setting. That lets the MSTX backend hand out C functions directl
 ...     name = "printing"
 ...     def emitter(self, stream):
 ...         return Emitter(self, lambda n, d: print("start", n, d) or 1,
-...                        lambda r, d: print("end", r, d), lambda n, d: print("mark", n, d))
+...                        lambda r, d: print("end", r, d), lambda n, d: print("instant", n, d))
 >>> e = Printing().emitter(None)
 >>> e.end(e.start("step", "default"), "default")
 start step default
@@ -19,14 +19,14 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-__all__ = ["Backend", "BackendUnavailable", "Emitter", "EndFn", "MarkFn", "StartFn"]
+__all__ = ["Backend", "BackendUnavailable", "Emitter", "EndFn", "InstantFn", "StartFn"]
 
 #: ``start(name, domain)`` returns a range handle; a falsy handle means "not recorded, do not end".
 StartFn = Callable[[str, str], Any]
 #: ``end(handle, domain)`` ends the range; the domain is the one given to ``start``.
 EndFn = Callable[[Any, str], object]
-#: ``mark(name, domain)`` records an instant event.
-MarkFn = Callable[[str, str], object]
+#: ``instant(name, domain)`` records an instant event (MSTX's ``mark``).
+InstantFn = Callable[[str, str], object]
 
 
 class BackendUnavailable(RuntimeError):
@@ -34,15 +34,16 @@ class BackendUnavailable(RuntimeError):
 
 
 class Emitter:
-    """The three calls for one backend and one stream setting, ready for the hot path."""
+    """The three calls for one backend and one stream setting, ready for the hot path: ``start``
+    and ``end`` of a range, and ``instant`` (MSTX calls that one ``mark``)."""
 
-    __slots__ = ("backend", "end", "mark", "start")
+    __slots__ = ("backend", "end", "instant", "start")
 
-    def __init__(self, backend: Backend, start: StartFn, end: EndFn, mark: MarkFn) -> None:
+    def __init__(self, backend: Backend, start: StartFn, end: EndFn, instant: InstantFn) -> None:
         self.backend = backend
         self.start = start
         self.end = end
-        self.mark = mark
+        self.instant = instant
 
 
 class Backend:

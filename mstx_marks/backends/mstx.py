@@ -1,4 +1,4 @@
-"""Ascend MSTX through torch_npu (``torch_npu.npu.mstx``; REFERENCE: signatures and id rules).
+"""Ascend MSTX through torch_npu (``torch_npu.npu.mstx``).
 
 Names and domains were checked when each range was defined, so this backend calls the C entry
 points of ``torch_npu._C._mstx`` directly, with exactly the arguments torch_npu's public wrapper
@@ -14,9 +14,9 @@ skips ``range_end``, as torch_npu's own code does.
 
 from __future__ import annotations
 
-import warnings
 from typing import Any, Callable
 
+from ..diagnostics import warn
 from .base import Backend, BackendUnavailable, Emitter
 
 __all__ = ["MstxBackend"]
@@ -46,7 +46,8 @@ class MstxBackend(Backend):
         usable = c_mstx is not None and all(hasattr(c_mstx, f) for f in _C_ENTRY_POINTS)
         self._c: Any = c_mstx if usable else None
         # Emitters are rebuilt on every settings change and degrade; warn once per bad stream.
-        self._warned: set[int] = set()
+        # Compared by identity (streams may be unhashable), never by id(): ids are reused.
+        self._warned: list[object] = []
 
     def device_present(self) -> bool:
         try:
@@ -70,14 +71,12 @@ class MstxBackend(Backend):
         stream_type = getattr(getattr(self._npu, "streams", None), "Stream", None)
         if stream_type is not None and isinstance(stream, stream_type):
             return lambda: stream
-        if id(stream) in self._warned:  # gates hold their stream, so the id stays its own
+        if any(seen is stream for seen in self._warned):
             return None
-        self._warned.add(id(stream))
-        warnings.warn(
-            f"mstx_marks: stream {stream!r} is not a torch_npu.npu.streams.Stream;"
-            " its ranges are recorded on the host only",
-            RuntimeWarning,
-            stacklevel=2,
+        self._warned.append(stream)
+        warn(
+            f"stream {stream!r} is not a torch_npu.npu.streams.Stream;"
+            " its ranges are recorded on the host only"
         )
         return None
 

@@ -24,7 +24,9 @@ from pathlib import Path
 from types import FrameType
 from typing import Callable, Iterable
 
+from .. import env, settings
 from ..backends.record import Recorder, default_recorder
+from ..diagnostics import warn_once
 from ..records import RankTrace
 from .ascend_db import ascend_db_path, write_ascend_db
 from .chrome import write_chrome_trace
@@ -55,11 +57,6 @@ def export_rank(
     ]
 
 
-def _rank_from_env() -> int:
-    raw = os.environ.get("RANK", "0")
-    return int(raw) if raw.isdigit() else 0
-
-
 def flush_at_exit(
     out_dir: str | Path,
     *,
@@ -70,23 +67,38 @@ def flush_at_exit(
     """Export ``recorder`` (default: the ``"record"`` backend's) with :func:`export_rank` at
     interpreter exit and on each of ``signals``; return the flush, to call at any time as well.
 
-    ``rank`` defaults to the ``RANK`` environment variable (as torchrun sets it), else 0. Each
-    flush rewrites the same files. On a signal the flush runs, then the handler that was there
-    before runs (so SIGTERM still ends the process and Ctrl-C still raises KeyboardInterrupt).
+    Asking for files means recording: unless ``recorder`` is given, every range from now on is
+    also kept by the in-process recorder, beside the device backend (``configure(record=True)``).
+    ``rank`` defaults to :func:`mstx_marks.env.rank` (``RANK``, else torch.distributed's rank,
+    else 0). Each flush rewrites the same files; a flush with nothing recorded says why once and
+    never replaces files that hold ranges. On a signal the flush runs, then the handler that was
+    there before runs (so SIGTERM still ends the process and Ctrl-C still raises KeyboardInterrupt).
     Signal handlers can only be set from the main thread; pass ``signals=()`` elsewhere.
     ``multiprocessing`` children leave with ``os._exit``, which skips exit hooks: call the flush
     at the end of such a child yourself.
     """
-    rank = _rank_from_env() if rank is None else rank
+    rank = env.rank() if rank is None else rank
+    if recorder is None:
+        settings.configure(record=True)
     source = recorder if recorder is not None else default_recorder()
     db_path = ascend_db_path(Path(out_dir) / "ascend", rank)
     # Re-entrant: a signal handler runs on the main thread, possibly inside a flush that
     # thread is already doing; a plain lock would wait on itself for ever.
     lock = threading.RLock()
+    written: list[Path] = []
 
     def flush() -> list[Path]:
         with lock:
-            return export_rank(out_dir, RankTrace(rank, source.records()), db_path)
+            records = source.records()
+            if not records:
+                warn_once(
+                    ("empty flush", str(out_dir), rank),
+                    f"rank {rank} recorded no ranges, so {out_dir} gets none: {_why_empty()}",
+                )
+                if written:
+                    return list(written)  # an empty recording never replaces one with ranges
+            written[:] = export_rank(out_dir, RankTrace(rank, records), db_path)
+            return list(written)
 
     def on_exit() -> None:
         try:
@@ -98,6 +110,18 @@ def flush_at_exit(
     for signum in signals:
         _chain_signal(signum, on_exit)
     return flush
+
+
+def _why_empty() -> str:
+    """In plain words, why a process recorded nothing."""
+    state = settings.state()
+    if not state.enabled:
+        return "ranges are disabled (configure(enabled=False) or MSTX_MARKS_DISABLE)"
+    if not settings.recording():
+        return f"the backend in use ({state.backend.name}) does not record in process"
+    if state.ranks is not None and env.rank() not in state.ranks:
+        return f"this rank ({env.rank()}) is not in the ranks filter {sorted(state.ranks)}"
+    return "no range or instant was started in this process"
 
 
 def _chain_signal(signum: int, before: Callable[[], None]) -> None:
