@@ -14,7 +14,8 @@ is defined, keeps every later call free of checks.
 from __future__ import annotations
 
 import re
-import warnings
+
+from .diagnostics import warn_once
 
 __all__ = [
     "DEFAULT_DOMAIN",
@@ -32,7 +33,6 @@ MAX_NAME_BYTES = 156
 # character), so the common short name skips the encode.
 SAFE_CHARS = MAX_NAME_BYTES // 4
 _DOMAIN_RE = re.compile(r"[A-Za-z0-9_]+\Z")
-_truncation_warned = False
 
 
 def _check_type(name: object, what: str) -> str:
@@ -77,14 +77,11 @@ def fit_name(name: object, what: str = "range name") -> str:
     name = _check_type(name, what)
     if _utf8_len(name) <= MAX_NAME_BYTES:
         return name
-    global _truncation_warned
-    if not _truncation_warned:
-        _truncation_warned = True
-        warnings.warn(
-            f"{what} {name[:SAFE_CHARS]!r}... is longer than MSTX's {MAX_NAME_BYTES} UTF-8 bytes;"
-            " it is truncated (warned once)",
-            stacklevel=3,
-        )
+    warn_once(
+        "truncated name",
+        f"{what} {name[:SAFE_CHARS]!r}... is longer than MSTX's {MAX_NAME_BYTES} UTF-8 bytes;"
+        " it is truncated (warned once)",
+    )
     return name.encode("utf-8", "surrogatepass")[:MAX_NAME_BYTES].decode("utf-8", "ignore")
 
 

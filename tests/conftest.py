@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import os
 import threading
 import warnings
 from collections.abc import Iterator
@@ -15,33 +16,23 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 import pytest
+from support.isolation import fresh
 
 import mstx_marks
-from mstx_marks import backends, names, settings
+from mstx_marks import env
 from mstx_marks.backends.base import Backend, Emitter
 
-ENV_VARS = (
-    "MSTX_MARKS_BACKEND",
-    "MSTX_MARKS_DISABLE",
-    "MSTX_MARKS_INCLUDE",
-    "MSTX_MARKS_EXCLUDE",
-    "MSTX_MARKS_RANKS",
-    "MSTX_MARKS_RECORD_CAPACITY",
-    "RANK",
-)
+#: Every variable the library reads (env.VARIABLES is their one home), and the rank.
+ENV_VARS = (*(v.name for v in env.VARIABLES), "RANK")
 
 
-def _fresh() -> None:
-    settings.reset()
-    backends._detected = None
-    names._truncation_warned = False
-    mstx_marks.default_recorder().clear()
+_fresh = fresh
 
 
 @pytest.fixture(autouse=True)
 def isolated(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Fresh settings, recorder, detection cache and truncation warning; no MSTX_MARKS_* env."""
-    for var in ENV_VARS:
+    """Fresh settings, recorder, detection cache and once-only warnings; no MSTX_MARKS_* env."""
+    for var in [*ENV_VARS, *(k for k in os.environ if k.startswith("MSTX_MARKS_"))]:
         monkeypatch.delenv(var, raising=False)
     _fresh()
     yield

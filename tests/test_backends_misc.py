@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from conftest import caught
+from support.threads import run_threads
 
 import mstx_marks
 from mstx_marks import backends, configure, current_backend, instant, mark, mstx_range
@@ -67,11 +68,7 @@ def test_record_is_thread_safe_with_exact_counts() -> None:
         sys.setswitchinterval(1e-6)
         try:
             with caught() as w:
-                threads = [threading.Thread(target=work, args=(i,)) for i in range(n_threads)]
-                for t in threads:
-                    t.start()
-                for t in threads:
-                    t.join()
+                run_threads(work, [(i,) for i in range(n_threads)])
         finally:
             sys.setswitchinterval(old)
         assert not w, [str(x.message) for x in w]
@@ -104,11 +101,7 @@ def test_record_direct_calls_from_many_threads_on_a_fresh_recorder() -> None:
                 except BaseException as exc:
                     errors.append(exc)
 
-            threads = [threading.Thread(target=work) for _ in range(8)]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
+            run_threads(work, [() for _ in range(8)])
             assert len(rec) == 400
     finally:
         sys.setswitchinterval(old)

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
+from support.threads import run_threads
 
 import mstx_marks
 from mstx_marks import first, instant, phases, window
@@ -342,11 +343,7 @@ def test_concurrent_instrumenting_patches_exactly_once() -> None:
         barrier.wait()
         handles.append(instrument(Engine, "step"))
 
-    threads = [threading.Thread(target=race) for _ in range(16)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_threads(race, [() for _ in range(16)])
     assert sum(len(h.patched) for h in handles) == 1
     assert sum(len(h.skipped) for h in handles) == 15
     assert vars(Engine)["step"].__wrapped__ is original

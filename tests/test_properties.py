@@ -21,10 +21,12 @@ from typing import Any, Callable, Optional
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.isolation import fresh
+from support.threads import run_threads
 from support.torch_npu_double import install_double
 
 import mstx_marks
-from mstx_marks import backends, configure, mark, mstx_range, names
+from mstx_marks import configure, mark, mstx_range
 
 DOMAINS = ["default", "verl", "vllm_x"]
 RANGE_KINDS = ["with", "sync", "coro", "gen", "agen", "shared"]
@@ -216,11 +218,7 @@ class Program:
                 except BaseException as exc:
                     errors.append(exc)
 
-            threads = [threading.Thread(target=target, args=(c,)) for c in node.children]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
+            run_threads(target, [(c,) for c in node.children])
             assert not errors, errors
         else:  # coro, agen, tasks: an event loop of their own
             _run_async(lambda: self.arun(node))
@@ -331,11 +329,7 @@ def _check(program: Program, seen: list[Seen]) -> None:
     assert len(seen) == sum(runs.values()) + program.shared_entries
 
 
-def _fresh() -> None:
-    mstx_marks.settings.reset()
-    backends._detected = None
-    names._truncation_warned = False
-    mstx_marks.default_recorder().clear()
+_fresh = fresh
 
 
 COMMON = settings(

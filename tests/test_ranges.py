@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from conftest import Failing, Tape, caught
+from support.threads import run_threads
 
 import mstx_marks
 from mstx_marks import (
@@ -544,11 +545,7 @@ def test_one_mark_entered_by_many_threads_at_once(tape: Tape) -> None:
                 b = tape.tick()
             bodies.append((threading.get_ident(), a, b))
 
-    threads = [threading.Thread(target=work) for _ in range(n_threads)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_threads(work, [() for _ in range(n_threads)])
     tape.assert_clean()
     assert len(tape.ranges) == 2 * n_threads * rounds
     for tid, a, b in bodies:

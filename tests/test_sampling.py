@@ -9,6 +9,7 @@ from typing import Any, Callable
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.threads import run_threads
 
 import mstx_marks
 from mstx_marks import configure, every, first, instant, mark, mstx_range, sampling, window
@@ -171,11 +172,7 @@ def test_concurrent_calls_consume_the_counter_exactly_once_each(
         for _ in range(per_thread):
             hot()
 
-    pool = [threading.Thread(target=worker) for _ in range(threads)]
-    for t in pool:
-        t.start()
-    for t in pool:
-        t.join()
+    run_threads(worker, [() for _ in range(threads)])
     assert len(recorder.records()) == len(policy.indices(total))
     # No decision was lost or taken twice: single-threaded calls continue at index `total`.
     recorder.clear()

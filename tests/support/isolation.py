@@ -1,0 +1,15 @@
+"""The one reset every test starts from (the autouse fixture in conftest.py calls it; property
+tests call it per example, since Hypothesis runs many examples inside one fixture scope)."""
+
+from __future__ import annotations
+
+import mstx_marks
+from mstx_marks import backends, diagnostics, settings
+
+
+def fresh() -> None:
+    """Fresh settings, recorder, auto-detection cache and once-only warnings."""
+    settings.reset()
+    backends._detected = None
+    diagnostics.forget_warnings()
+    mstx_marks.default_recorder().clear()
