@@ -18,15 +18,18 @@ Under ``--out`` (default ``demo-out``) the demo writes ``trace.json`` (all ranks
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import shutil
 import socket
 import subprocess
 import sys
 import time
+import warnings
+from contextlib import AbstractContextManager, nullcontext
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from . import phases
 from .backends import detect
@@ -71,8 +74,8 @@ class _AlsoRecord(Backend):
             rec.end(handle[1], domain)
 
         def instant(name: str, domain: str) -> None:
-            dev.mark(name, domain)
-            rec.mark(name, domain)
+            dev.instant(name, domain)
+            rec.instant(name, domain)
 
         return Emitter(self, start, end, instant)
 
@@ -86,20 +89,33 @@ def _choose_backend() -> str:
     return str(device.name if not isinstance(device, NoopBackend) else "record")
 
 
+def _say(line: str) -> None:
+    # One write per line: the ranks share stdout, and print() writes the newline separately, so
+    # two ranks' lines could interleave.
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+def _unmarked(*args: object, **kwargs: object) -> AbstractContextManager[None]:
+    """Stands in for :func:`mark` in the warm-up step, which must not be recorded."""
+    return nullcontext()
+
+
 def _worker(rank: int, world: int, steps: int, tokens: int, out: Path) -> None:
-    import torch
-    import torch.distributed as dist
-    from torch import nn
+    started = time.perf_counter()
+    # Without numpy (not a dependency: the demo never converts a tensor to an array), importing
+    # torch warns "Failed to initialize NumPy: No module named 'numpy'" once per process. It is
+    # noise here, so hide exactly that warning, for the import only.
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Failed to initialize NumPy", UserWarning)
+        import torch
+        import torch.distributed as dist
+        from torch import nn
 
     flush = flush_at_exit(out, rank=rank)
     backend = _choose_backend()
     torch.set_num_threads(1)
     torch.manual_seed(1234)  # the same initial weights on every rank, as DDP would broadcast
-    dist.init_process_group(
-        "gloo", rank=rank, world_size=world, timeout=timedelta(seconds=_COLLECTIVE_TIMEOUT_S)
-    )
-    dist.barrier()  # start the steps together: process start-up skew is not a phase
-    gen = torch.Generator().manual_seed(rank)
 
     class TinyLM(nn.Module):
         def __init__(self) -> None:
@@ -114,42 +130,42 @@ def _worker(rank: int, world: int, steps: int, tokens: int, out: Path) -> None:
             out: torch.Tensor = self.head(self.body(self.embed(ids), mask=causal, is_causal=True))
             return out
 
-    actor, ref = TinyLM(), TinyLM()
-    ref.load_state_dict(actor.state_dict())
-    ref.requires_grad_(False)
-    opt = torch.optim.Adam(actor.parameters(), lr=3e-3)
-
     def token_logprobs(model: nn.Module, seqs: torch.Tensor) -> torch.Tensor:
         logits = model(seqs[:, :-1])[:, _PROMPT - 1 :]
         return torch.log_softmax(logits, -1).gather(-1, seqs[:, _PROMPT:, None]).squeeze(-1)
 
-    for step in range(1, steps + 1):
-        t0 = time.perf_counter()
-        with mark(phases.STEP):
-            with mark(phases.GENERATE_SEQUENCES), torch.no_grad():
+    def grpo_step(
+        actor: nn.Module,
+        opt: torch.optim.Optimizer,
+        gen: torch.Generator,
+        span: Callable[..., AbstractContextManager[Any]],
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One GRPO step (rollout, reward, log-probs, advantages, update); (reward, loss)."""
+        with span(phases.STEP):
+            with span(phases.GENERATE_SEQUENCES), torch.no_grad():
                 prompts = torch.randint(0, _VOCAB, (_PROMPTS, _PROMPT), generator=gen)
                 seqs = prompts.repeat_interleave(_GROUP, 0)
                 # One range object per rollout, so the window counts this rollout's tokens.
-                one_step = mark(phases.VLLM_ONE_STEP, sample=window(1, max(2, tokens - 1)))
+                one_step = span(phases.VLLM_ONE_STEP, sample=window(1, max(2, tokens - 1)))
                 for _ in range(tokens):
                     with one_step:
                         probs = torch.softmax(actor(seqs)[:, -1], -1)
                         nxt = torch.multinomial(probs, 1, generator=gen)
                         seqs = torch.cat([seqs, nxt], 1)
-            with mark(phases.REWARD):
+            with span(phases.REWARD):
                 # Reward: how many generated tokens are even, a goal the actor can learn.
                 reward = (seqs[:, _PROMPT:] % 2 == 0).float().mean(1)
-            with mark(phases.COMPUTE_REF_LOG_PROB), torch.no_grad():
+            with span(phases.COMPUTE_REF_LOG_PROB), torch.no_grad():
                 ref_lp = token_logprobs(ref, seqs)
-            with mark(phases.COMPUTE_LOG_PROB), torch.no_grad():
+            with span(phases.COMPUTE_LOG_PROB), torch.no_grad():
                 old_lp = token_logprobs(actor, seqs)
-            with mark(phases.ADV):
+            with span(phases.ADV):
                 grouped = reward.view(_PROMPTS, _GROUP)
                 adv = (grouped - grouped.mean(1, keepdim=True)) / (
                     grouped.std(1, keepdim=True) + 1e-6
                 )
                 adv = adv.view(-1, 1)
-            with mark(phases.UPDATE_ACTOR):
+            with span(phases.UPDATE_ACTOR):
                 lp = token_logprobs(actor, seqs)
                 ratio = torch.exp(lp - old_lp)
                 pg = -torch.min(ratio * adv, ratio.clamp(0.8, 1.2) * adv).mean()
@@ -162,14 +178,45 @@ def _worker(rank: int, world: int, steps: int, tokens: int, out: Path) -> None:
                         dist.all_reduce(p.grad)
                         p.grad /= world
                 opt.step()
+        return reward, loss
+
+    actor, ref = TinyLM(), TinyLM()
+    ref.load_state_dict(actor.state_dict())
+    ref.requires_grad_(False)
+    # The first optimizer built imports torch._dynamo: seconds, and not the same on every rank.
+    opt = torch.optim.Adam(actor.parameters(), lr=3e-3)
+    dist.init_process_group(
+        "gloo", rank=rank, world_size=world, timeout=timedelta(seconds=_COLLECTIVE_TIMEOUT_S)
+    )
+    # Warm up before the barrier: one unrecorded step on a throwaway copy of the actor (its own
+    # optimizer, its own random numbers) runs every lazy import and first-call set-up, including
+    # the first collectives, so that step 1 starts together on every rank and costs what the
+    # others cost. The real actor, optimizer and sampler are untouched.
+    scratch = TinyLM()
+    scratch.load_state_dict(actor.state_dict())
+    grpo_step(
+        scratch,
+        torch.optim.Adam(scratch.parameters(), lr=3e-3),
+        torch.Generator().manual_seed(10**6 + rank),
+        _unmarked,
+    )
+    del scratch
+    dist.barrier()  # start the steps together: start-up and warm-up skew are not phases
+    _say(
+        f"[demo] rank {rank}: ready in {time.perf_counter() - started:.1f} s "
+        f"(torch imported, model built, one warm-up step; backend {backend})"
+    )
+    gen = torch.Generator().manual_seed(rank)
+    for step in range(1, steps + 1):
+        t0 = time.perf_counter()
+        reward, loss = grpo_step(actor, opt, gen, mark)
+        took = time.perf_counter() - t0
         mean_reward = reward.mean().clone()
         dist.all_reduce(mean_reward)
-        if rank == 0:
-            print(
-                f"[demo] step {step}/{steps}: reward {mean_reward.item() / world:.3f}, "
-                f"loss {loss.item():+.4f}, {time.perf_counter() - t0:.2f} s ({backend})",
-                flush=True,
-            )
+        _say(
+            f"[demo] rank {rank}: step {step}/{steps} done in {took:.2f} s "
+            f"(reward {mean_reward.item() / world:.3f}, loss {loss.item():+.4f})"
+        )
     dist.destroy_process_group()
     flush()
 
@@ -250,10 +297,14 @@ def demo_cli(argv: list[str]) -> int:
     out = Path(args.out)
     if args.worker is not None:
         _worker(args.worker, args.ranks, args.steps, args.tokens, out)
-        return 0
-    try:
-        import torch  # noqa: F401  (checked here so a missing torch is one clear line)
-    except ImportError:
+        # Everything is written. Leave without the interpreter's teardown of torch, which takes
+        # about a second per rank and does nothing this process needs (flush_at_exit's exit hook
+        # would only write the same files again).
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+    # Only looked up, not imported: importing torch takes seconds, and each worker imports it.
+    if importlib.util.find_spec("torch") is None:
         print("error: the demo needs torch: pip install torch", file=sys.stderr)
         return 1
     _prepare(out)

@@ -197,18 +197,52 @@ def _drop_other_clocks(
     return keep
 
 
+def _ranks_phrase(ranks: list[int]) -> str:
+    if len(ranks) == 1:
+        return f"rank {ranks[0]} is"
+    return f"{len(ranks)} ranks ({', '.join(map(str, ranks))}) are"
+
+
+def _duplicate_notes(chosen: dict[int, RankTrace], others: dict[int, list[RankTrace]]) -> list[str]:
+    """At most one line per reason, for the ranks whose files disagree (not the same number of
+    records): a copy that agrees (the demo writes each rank as a database and Chrome traces) is
+    worth no note."""
+    over_chrome, newest = [], []
+    for rank in sorted(others):
+        kept = chosen[rank]
+        differ = [t for t in others[rank] if len(t.records) != len(kept.records)]
+        kept_db = kept.source is not None and kept.source.suffix == ".db"
+        if any(kept_db and t.source is not None and t.source.suffix != ".db" for t in differ):
+            over_chrome.append(rank)
+        elif differ:
+            newest.append(rank)
+    notes = []
+    if over_chrome:
+        notes.append(
+            f"{_ranks_phrase(over_chrome)} in both a database and a Chrome trace that "
+            "hold different numbers of records; using the databases"
+        )
+    if newest:
+        notes.append(
+            f"{_ranks_phrase(newest)} in several files of one kind that hold different numbers "
+            "of records; using the newest file"
+        )
+    return notes
+
+
 def load_traces(path: str | Path) -> tuple[list[RankTrace], list[str], list[str]]:
     """Read every trace under ``path``: ``(traces, errors, notes)``, one trace per rank.
 
     A file that cannot be read is an error naming it, and the others are still read. When a
     rank is in several files (the demo writes each rank as a database and as a Chrome trace),
-    the Ascend database wins, then the newest file; the others are listed in ``notes``.
+    the Ascend database wins, then the newest file. Copies that hold as many records as the
+    file used are duplicates and pass silently; when some differ, ``notes`` says so in one line
+    for all ranks.
     """
     errors: list[str] = []
-    notes: list[str] = []
     root = Path(path)
     if not root.exists():
-        return [], [f"{root}: no such file or folder"], notes
+        return [], [f"{root}: no such file or folder"], []
     loaded = []
     for file in find_trace_files(root):
         try:
@@ -216,6 +250,7 @@ def load_traces(path: str | Path) -> tuple[list[RankTrace], list[str], list[str]
         except TraceFileError as e:
             errors.append(str(e))
     chosen: dict[int, RankTrace] = {}
+    others: dict[int, list[RankTrace]] = {}
 
     def preference(t: RankTrace) -> tuple[bool, float]:
         assert t.source is not None  # read from a file
@@ -225,16 +260,17 @@ def load_traces(path: str | Path) -> tuple[list[RankTrace], list[str], list[str]
         for t in traces:
             other = chosen.get(t.rank)
             if other is not None and preference(other) >= preference(t):
-                notes.append(f"rank {t.rank}: using {other.source}, not {t.source}")
+                others.setdefault(t.rank, []).append(t)
                 continue
             if other is not None:
-                notes.append(f"rank {t.rank}: using {t.source}, not {other.source}")
+                others.setdefault(t.rank, []).append(other)
             chosen[t.rank] = t
     if not chosen and not errors:
         errors.append(
             f"{root}: no traces found (looked for *{_CHROME_SUFFIX} and "
             "ascend_pytorch_profiler*.db)"
         )
+    notes = _duplicate_notes(chosen, others)
     return [chosen[rank] for rank in sorted(chosen)], errors, notes
 
 
@@ -322,7 +358,9 @@ def format_json(summary: Summary) -> dict[str, Any]:
 
 def summary_cli(argv: list[str]) -> int:
     """``python -m mstx_marks summary PATH [--csv | --json] [--svg FILE]``; returns the exit code:
-    0, or 1 when a file could not be read (the others are still summarised) or none was found."""
+    0, or 1 when a file could not be read (the others are still summarised) or none was found,
+    or 2 when the ``--svg`` file's folder does not exist (checked first) or it cannot be written.
+    """
     parser = argparse.ArgumentParser(
         prog="mstx_marks summary",
         description="Per-phase statistics of Chrome traces and Ascend profiler databases.",
@@ -333,6 +371,13 @@ def summary_cli(argv: list[str]) -> int:
     fmt.add_argument("--json", action="store_true", help="print JSON instead of the table")
     parser.add_argument("--svg", metavar="FILE", help="also draw the timeline as SVG to FILE")
     args = parser.parse_args(argv)
+    if args.svg:
+        # Checked before the work, and not created: a mistyped folder should not appear silently.
+        folder = Path(args.svg).parent
+        if not folder.is_dir():
+            why = "is not a folder" if folder.exists() else "does not exist"
+            print(f"error: --svg {args.svg}: the folder {folder} {why}", file=sys.stderr)
+            return 2
 
     traces, errors, notes = load_traces(args.path)
     for note in notes:
@@ -350,5 +395,9 @@ def summary_cli(argv: list[str]) -> int:
     else:
         print(format_table(summary))
     if args.svg:
-        print(f"timeline: {write_svg(args.svg, traces, fold_name)}", file=sys.stderr)
+        try:
+            print(f"timeline: {write_svg(args.svg, traces, fold_name)}", file=sys.stderr)
+        except OSError as e:
+            print(f"error: --svg {args.svg}: cannot write it: {e}", file=sys.stderr)
+            return 2
     return 1 if errors else 0

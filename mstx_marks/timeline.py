@@ -1,10 +1,15 @@
 """A timeline picture of recorded ranges: plain SVG, built with the standard library.
 
-One row per rank; inside a row, ranges nested in others go one lane lower, so a step, its phases
-and their sub-phases stack up. Each phase name has one colour (see the legend), step starts are
-dashed lines, and hovering a bar shows its name and duration. Bars are ``<rect class="range">``
-with ``data-rank``, ``data-name``, ``data-start-ns`` and ``data-end-ns``, so the file can be
-checked as data as well as looked at.
+One row per rank, and inside a row one track per thread. In a track, a range goes below every
+range that contains it, so a step, its phases and their sub-phases stack up; ranges that overlap
+without nesting (asyncio tasks gathered on one thread) get lanes of their own instead of hiding
+each other. Lanes are labelled (the rank, and the thread or the lane when there are several).
+Each phase name has one colour (see the legend), step starts are dashed lines, a bar is at least
+one pixel wide however short its range, and a range still open when it was read has a dashed
+outline and hatching. Hovering a bar shows its name, thread and duration. Bars are
+``<rect class="range">`` with ``data-rank``, ``data-thread``, ``data-lane``, ``data-name``,
+``data-start-ns`` and ``data-end-ns`` (and ``data-open`` when open), so the file can be checked
+as data as well as looked at.
 
 >>> from mstx_marks.records import RangeRecord
 >>> from mstx_marks.export import RankTrace
@@ -24,13 +29,16 @@ from typing import Callable, Sequence
 from .export import atomic_write_bytes
 from .records import RangeRecord, RankTrace
 
-__all__ = ["render_svg", "write_svg"]
+__all__ = ["MIN_BAR_PX", "render_svg", "write_svg"]
 
 _WIDTH = 1400
-_LEFT = 90
+_LEFT = 150  # the lane labels: "rank N", then "thread T" or "lane K" right-aligned
 _RIGHT = 20
 _TOP = 40
 _LANE = 16
+_TRACK_GAP = 4  # between the threads of one rank
+#: The narrowest bar, in pixels: a range far shorter than a pixel still shows.
+MIN_BAR_PX = 1.0
 _ROW_GAP = 12
 _AXIS = 36
 _LEGEND_ROW = 20
@@ -54,15 +62,50 @@ def _color(index: int, name: str) -> str:
 
 
 def _lanes(ranges: list[RangeRecord]) -> list[tuple[RangeRecord, int]]:
-    """Each range with its nesting depth (by time, as msprof-analyze nests), in start order."""
+    """Each range with its lane, in start order: the first lane below every range that contains
+    it (by time, as msprof-analyze nests) where it overlaps nothing already placed.
+
+    Properly nested ranges get their nesting depth; a range that overlaps another without
+    nesting in it (another task on the same thread) goes to a lane of its own.
+
+    >>> r = lambda s, e: RangeRecord("x", "default", s, e, 1, 1)
+    >>> [lane for _, lane in _lanes([r(0, 100), r(10, 40), r(20, 30), r(50, 90)])]
+    [0, 1, 2, 1]
+    >>> [lane for _, lane in _lanes([r(0, 100), r(10, 60), r(30, 90)])]  # 30-90 overlaps 10-60
+    [0, 1, 2]
+    """
     out: list[tuple[RangeRecord, int]] = []
-    open_ends: list[int] = []
+    lane_end: list[int] = []  # per lane, the latest end among the ranges placed in it
+    alive: list[tuple[int, int]] = []  # (end, lane) of placed ranges that may contain later ones
     for r in sorted(ranges, key=lambda r: (r.start_ns, -r.end_ns)):
-        while open_ends and open_ends[-1] < r.end_ns:
-            open_ends.pop()
-        out.append((r, len(open_ends)))
-        open_ends.append(r.end_ns)
+        # Ranges come in start order, so one that ended before this start contains nothing more.
+        alive = [(end, lane) for end, lane in alive if end >= r.start_ns]
+        below = 1 + max((lane for end, lane in alive if end >= r.end_ns), default=-1)
+        lane = next((i for i in range(below, len(lane_end)) if lane_end[i] <= r.start_ns), None)
+        if lane is None:  # containers sit in existing lanes, so below <= len(lane_end)
+            lane = len(lane_end)
+            lane_end.append(r.end_ns)
+        lane_end[lane] = r.end_ns  # free lanes ended by this start, so this end is the latest
+        out.append((r, lane))
+        alive.append((r.end_ns, lane))
     return out
+
+
+class _Track:
+    """One thread of one rank: its ranges, laid out in lanes."""
+
+    def __init__(self, pid: int, thread: int, ranges: list[RangeRecord]) -> None:
+        self.pid, self.thread = pid, thread
+        self.bars = _lanes(ranges)
+        self.lanes = 1 + max((lane for _, lane in self.bars), default=0)
+
+
+def _tracks(trace: RankTrace) -> list[_Track]:
+    """The rank's threads (by process and thread id), in order of their first range."""
+    by_thread: dict[tuple[int, int], list[RangeRecord]] = {}
+    for r in sorted(trace.ranges, key=lambda r: r.start_ns):
+        by_thread.setdefault((r.pid, r.thread), []).append(r)
+    return [_Track(pid, thread, ranges) for (pid, thread), ranges in by_thread.items()]
 
 
 def _tick_step(span_ns: int) -> int:
@@ -92,63 +135,117 @@ def render_svg(
 ) -> str:
     """The SVG document for ``traces``; ``name_of`` folds range names (colours and legend)."""
     traces = sorted((t.with_steps() for t in traces), key=lambda t: t.rank)
-    laid = [(t, _lanes(t.ranges)) for t in traces]
-    ends = [r.end_ns for _, bars in laid for r, _ in bars]
-    t0 = min((r.start_ns for _, bars in laid for r, _ in bars), default=0)
-    span = max(max(ends, default=t0) - t0, 1)
+    laid = [(t, _tracks(t)) for t in traces]
+    every = [r for t in traces for r in t.ranges]
+    t0 = min((r.start_ns for r in every), default=0)
+    span = max(max((r.end_ns for r in every), default=t0) - t0, 1)
     plot_w = _WIDTH - _LEFT - _RIGHT
+    any_open = any(r.open for r in every)
 
     def x(ns: int) -> float:
         return round(_LEFT + (ns - t0) * plot_w / span, 2)
 
     colors: dict[str, str] = {}
-    for _, bars in laid:
-        for r, _ in bars:
-            name = _xml_text(name_of(r.name))
-            colors.setdefault(name, _color(len(colors), name))
+    for r in sorted(every, key=lambda r: r.start_ns):
+        name = _xml_text(name_of(r.name))
+        colors.setdefault(name, _color(len(colors), name))
 
     svg = ET.Element("svg", xmlns="http://www.w3.org/2000/svg", width=str(_WIDTH))
     ET.SubElement(svg, "style").text = (
         "text{font:12px sans-serif;fill:#222}.axis{stroke:#999}.step{stroke:#333;"
         "stroke-dasharray:4 3}rect.range{stroke:#fff;stroke-width:0.3}"
+        "rect.range[data-open]{stroke:#111;stroke-width:1;stroke-dasharray:3 2}"
+        ".open-hatch{fill:url(#open-hatch);pointer-events:none}"
+        "text.lane-label{font-size:9px;fill:#666}"
     )
+    if any_open:
+        defs = ET.SubElement(svg, "defs")
+        pattern = ET.SubElement(
+            defs,
+            "pattern",
+            id="open-hatch",
+            width="6",
+            height="6",
+            patternUnits="userSpaceOnUse",
+            patternTransform="rotate(45)",
+        )
+        stripe = {"x1": "0", "y1": "0", "x2": "0", "y2": "6", "stroke": "#000"}
+        ET.SubElement(pattern, "line", {**stripe, "stroke-width": "2", "stroke-opacity": "0.45"})
     ET.SubElement(svg, "text", x=str(_LEFT), y="22", style="font-size:15px").text = _xml_text(title)
     y = _TOP
-    for trace, bars in laid:
-        lanes = 1 + max((depth for _, depth in bars), default=0)
-        height = lanes * _LANE
+    for trace, tracks in laid:
+        if not tracks:
+            tracks = [_Track(0, 0, [])]
+        tops, height = [], 0
+        for track in tracks:
+            tops.append(y + height)
+            height += track.lanes * _LANE + _TRACK_GAP
+        height -= _TRACK_GAP
         row = ET.SubElement(svg, "g", {"class": "rank", "data-rank": str(trace.rank)})
-        ET.SubElement(
-            row, "text", x="8", y=str(y + min(height, 2 * _LANE) / 2 + 4)
-        ).text = f"rank {trace.rank}"
-        for r, depth in bars:
+        label = ET.SubElement(row, "text", {"class": "rank-label", "x": "8", "y": str(y + 12)})
+        label.text = f"rank {trace.rank}"
+        several_threads = len(tracks) > 1
+        several_pids = len({t.pid for t in tracks}) > 1
+        for track, top in zip(tracks, tops):
+            if not several_threads and track.lanes == 1:
+                continue
+            # On a rank with one thread, its first lane is the rank's: the rank label says it.
+            for lane in range(0 if several_threads else 1, track.lanes):
+                if lane == 0:
+                    who = f"{track.pid}/{track.thread}" if several_pids else str(track.thread)
+                    text = f"thread {who}"
+                else:
+                    text = f"lane {lane}"
+                ET.SubElement(
+                    row,
+                    "text",
+                    {
+                        "class": "lane-label",
+                        "data-rank": str(trace.rank),
+                        "data-thread": str(track.thread),
+                        "data-lane": str(lane),
+                        "x": str(_LEFT - 4),
+                        "y": str(top + lane * _LANE + 11),
+                        "text-anchor": "end",
+                    },
+                ).text = text
+        bars = [(r, lane, top) for track, top in zip(tracks, tops) for r, lane in track.bars]
+        for r, lane, top in sorted(bars, key=lambda b: (b[0].start_ns, -b[0].end_ns)):
             name = _xml_text(name_of(r.name))
-            bar = ET.SubElement(
-                row,
-                "rect",
-                {
-                    "class": "range",
-                    "data-rank": str(trace.rank),
-                    "data-name": name,
-                    "data-start-ns": str(r.start_ns),
-                    "data-end-ns": str(r.end_ns),
-                    "x": str(x(r.start_ns)),
-                    "y": str(y + depth * _LANE),
-                    "width": str(max(x(r.end_ns) - x(r.start_ns), 0.5)),
-                    "height": str(_LANE - 2),
-                    "fill": colors[name],
-                },
+            geometry = {
+                "x": str(x(r.start_ns)),
+                "y": str(top + lane * _LANE),
+                "width": str(round(max(x(r.end_ns) - x(r.start_ns), MIN_BAR_PX), 2)),
+                "height": str(_LANE - 2),
+            }
+            attrs = {
+                "class": "range",
+                "data-rank": str(trace.rank),
+                "data-thread": str(r.thread),
+                "data-lane": str(lane),
+                "data-name": name,
+                "data-start-ns": str(r.start_ns),
+                "data-end-ns": str(r.end_ns),
+                **geometry,
+                "fill": colors[name],
+            }
+            if r.open:
+                attrs["data-open"] = "true"
+            bar = ET.SubElement(row, "rect", attrs)
+            tip = (
+                f"{_xml_text(r.name)} (rank {trace.rank}): "
+                f"{(r.end_ns - r.start_ns) / 1e6:.3f} ms, thread {r.thread}"
             )
-            ET.SubElement(
-                bar, "title"
-            ).text = (
-                f"{_xml_text(r.name)} (rank {trace.rank}): {(r.end_ns - r.start_ns) / 1e6:.3f} ms"
-            )
+            if r.open:
+                tip += ", open: still running when read (drawn up to the read)"
+            ET.SubElement(bar, "title").text = tip
+            if r.open:
+                ET.SubElement(row, "rect", {"class": "open-hatch", **geometry})
         for i, (start, _) in enumerate(trace.steps, start=1):
             _line(row, "step", x(start), x(start), y - 4, y + height).set("data-step", str(i))
-            label = ET.SubElement(row, "text", x=str(x(start) + 2), y=str(y - 1))
-            label.set("style", "font-size:9px")
-            label.text = f"step {i}"
+            step_label = ET.SubElement(row, "text", x=str(x(start) + 2), y=str(y - 1))
+            step_label.set("style", "font-size:9px")
+            step_label.text = f"step {i}"
         y += height + _ROW_GAP + 8
 
     axis = ET.SubElement(svg, "g", {"class": "time-axis"})
@@ -156,19 +253,25 @@ def render_svg(
     tick = _tick_step(span)
     for t in range(0, span + 1, tick):
         _line(axis, "axis", x(t0 + t), x(t0 + t), y, y + 5)
-        label = ET.SubElement(axis, "text", {"x": str(x(t0 + t)), "y": str(y + 18)})
-        label.set("text-anchor", "middle")
-        label.text = _time_label(t)
+        tick_label = ET.SubElement(axis, "text", {"x": str(x(t0 + t)), "y": str(y + 18)})
+        tick_label.set("text-anchor", "middle")
+        tick_label.text = _time_label(t)
     y += _AXIS
 
     legend = ET.SubElement(svg, "g", {"class": "legend"})
     lx = float(_LEFT)
-    for name, color in colors.items():
+    items = [(name, color, "legend-item") for name, color in colors.items()]
+    if any_open:
+        items.append(("open: still running when read", "#bbb", "legend-open"))
+    for name, color, cls in items:
         item_w = 24 + 7 * len(name)
         if lx + item_w > _WIDTH - _RIGHT:
             lx, y = float(_LEFT), y + _LEGEND_ROW
-        item = ET.SubElement(legend, "g", {"class": "legend-item", "data-name": name})
-        ET.SubElement(item, "rect", x=str(lx), y=str(y), width="12", height="12", fill=color)
+        item = ET.SubElement(legend, "g", {"class": cls, "data-name": name})
+        box = {"x": str(lx), "y": str(y), "width": "12", "height": "12"}
+        ET.SubElement(item, "rect", {**box, "fill": color})
+        if cls == "legend-open":
+            ET.SubElement(item, "rect", {"class": "open-hatch", **box})
         ET.SubElement(item, "text", x=str(lx + 16), y=str(y + 11)).text = name
         lx += item_w
     svg.set("height", str(y + _LEGEND_ROW + 10))

@@ -57,9 +57,9 @@ def test_docstring_examples_pass_without_torch(tmp_path: Path) -> None:
     """`pytest mstx_marks` on a machine without torch: the torch examples skip, the rest pass."""
     repo = Path(__file__).resolve().parents[1]
     env = dict(os.environ, PYTHONPATH=str(repo / "tests"))
+    args = ["-q", "-p", "no:cacheprovider", "-p", "support.no_torch", "mstx_marks"]
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "support.no_torch"]
-        + ["mstx_marks"],
+        [sys.executable, "-m", "pytest", *args],
         cwd=repo,
         env=env,
         capture_output=True,
