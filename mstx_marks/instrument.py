@@ -15,49 +15,33 @@ and restoring their source files. :func:`instrument` wraps attributes the same w
 >>> json.dumps.__module__
 'json'
 
-The presets patch the known entry points of verl, vLLM and SGLang, named by the phase registry,
-and skip what the installed version lacks. Ranges are emitted by the process that runs the code,
-so call a preset in every process that should be traced: in a Ray job, for example,
-``ray.init(runtime_env={"worker_process_setup_hook": "mstx_marks.instrument.instrument_verl"})``.
+The framework presets built on it live in :mod:`mstx_marks.presets`; ``MSTX_MARKS_INSTRUMENT``
+applies them in every process of a job.
 """
 
 from __future__ import annotations
 
-import difflib
 import functools
 import importlib
 import threading
-import warnings
 from collections.abc import Sequence
 from types import ModuleType, TracebackType
-from typing import Any, Callable, NamedTuple, Union
+from typing import Any, Callable, Union
 
+from .diagnostics import warn
 from .names import check_name, fit_name
-from .phases import (
-    COMPUTE_LOG_PROB,
-    COMPUTE_REF_LOG_PROB,
-    COMPUTE_RM_SCORE,
-    COMPUTE_VALUES,
-    GENERATE_SEQUENCES,
-    SGLANG_FORWARD,
-    TRAIN_BATCH,
-    UPDATE_ACTOR,
-    UPDATE_CRITIC,
-    VLLM_ONE_STEP,
-    Phase,
-)
+from .phases import Phase
 from .ranges import _target_name, _wrap, mark, rewrap
 from .sampling import Policy
 
 __all__ = [
-    "PRESETS",
     "Instrumented",
-    "PresetEntry",
     "instrument",
     "instrument_sglang",
     "instrument_verl",
     "instrument_vllm",
     "replace",
+    "replace_closure",
 ]
 
 #: A class, a module, any object with attributes, or an import path "package.module:Class".
@@ -68,7 +52,7 @@ _ABSENT = object()
 
 
 class _Patch:
-    """One live patch: ``installed`` replaced ``original`` on ``owner``."""
+    """One live patch: ``installed`` replaced ``original`` as attribute ``attr`` of ``owner``."""
 
     __slots__ = ("attr", "installed", "label", "original", "owned", "owner")
 
@@ -82,6 +66,27 @@ class _Patch:
         # Whether the owner's own __dict__ held the attribute: restore it, else delete the override.
         self.owned = owned
         self.label = label
+
+    def current(self) -> Any:
+        return getattr(self.owner, "__dict__", {}).get(self.attr, _ABSENT)
+
+    def put_back(self) -> None:
+        if self.owned:
+            setattr(self.owner, self.attr, self.original)
+        else:
+            delattr(self.owner, self.attr)
+
+
+class _CellPatch(_Patch):
+    """One live patch of a closure variable: ``owner`` is the cell."""
+
+    __slots__ = ()
+
+    def current(self) -> Any:
+        return self.owner.cell_contents  # type: ignore[attr-defined]
+
+    def put_back(self) -> None:
+        self.owner.cell_contents = self.original  # type: ignore[attr-defined]
 
 
 #: Each installed wrapper -> its patch: how a second instrument() call recognizes our wrappers.
@@ -131,18 +136,11 @@ class Instrumented:
 
 def _restore(patch: _Patch) -> None:
     del _live[patch.installed]
-    current = getattr(patch.owner, "__dict__", {}).get(patch.attr, _ABSENT)
-    if current is not patch.installed:
+    if patch.current() is not patch.installed:
         # Someone patched over our wrapper; restoring would throw their patch away.
-        warnings.warn(
-            f"{patch.label} was replaced after it was instrumented; it is left as it is",
-            RuntimeWarning,
-            stacklevel=4,
-        )
-    elif patch.owned:
-        setattr(patch.owner, patch.attr, patch.original)
+        warn(f"{patch.label} was replaced after it was instrumented; it is left as it is")
     else:
-        delattr(patch.owner, patch.attr)
+        patch.put_back()
 
 
 def _label(target: object) -> str:
@@ -155,6 +153,8 @@ def _label(target: object) -> str:
 
 def _missing(label: str, owner: object, attr: str) -> AttributeError:
     public = [n for n in dir(owner) if not n.startswith("_")]
+    import difflib  # only for this message: not at import
+
     close = difflib.get_close_matches(attr, public, n=3)
     callables = [n for n in public if callable(getattr(owner, n, None))]
     hint = f"; close: {', '.join(close)}" if close else ""
@@ -311,105 +311,81 @@ def replace(
         return Instrumented(patches, skipped)
 
 
-# --- presets -------------------------------------------------------------------------------------
+def replace_closure(
+    func: Callable[..., Any],
+    var: str,
+    wrap: Callable[[Any], Any],
+    label: str,
+) -> Instrumented:
+    """Replace what closure variable ``var`` of ``func`` holds by ``wrap(held)``; undo restores it.
+
+    For a wrapper that calls the function it wraps through its closure (verl's
+    ``DistProfiler.annotate`` does): patching there puts our range inside what the wrapper does
+    around the call, where patching the attribute would put it outside. Skipped (not wrapped
+    twice) when the cell already holds a live patch of ours.
+
+    >>> def outer(f):
+    ...     def wrapper(x):
+    ...         return f(x) + 1
+    ...     return wrapper
+    >>> w = outer(lambda x: x * 10)
+    >>> with replace_closure(w, "f", lambda f: lambda x: f(x) * 2, "w.f"):
+    ...     w(1)
+    21
+    >>> w(1)
+    11
+    """
+    names = func.__code__.co_freevars
+    if var not in names or func.__closure__ is None:
+        raise ValueError(f"{label}: {func!r} has no closure variable {var!r} (it has {names})")
+    cell = func.__closure__[names.index(var)]
+    with _lock:
+        held = cell.cell_contents
+        if _is_live(held):
+            return Instrumented((), [(label, "already instrumented")])
+        wrapped = wrap(held)
+        cell.cell_contents = wrapped
+        patch = _CellPatch(cell, var, held, wrapped, True, label)
+        _live[wrapped] = patch
+        return Instrumented([patch], ())
 
 
-class PresetEntry(NamedTuple):
-    """One known entry point: attribute ``attr`` of ``owner`` (``"module:Class"``) is ``phase``."""
-
-    framework: str
-    owner: str
-    attr: str
-    phase: Phase
-
-
-# verl <= 0.7 has the same worker classes in both backends' modules.
-_VERL_LEGACY = [
-    PresetEntry("verl", f"verl.workers.{backend}:{cls}", attr, phase)
-    for backend in ("fsdp_workers", "megatron_workers")
-    for cls, attr, phase in [
-        ("ActorRolloutRefWorker", "generate_sequences", GENERATE_SEQUENCES),
-        ("ActorRolloutRefWorker", "compute_log_prob", COMPUTE_LOG_PROB),
-        ("ActorRolloutRefWorker", "compute_ref_log_prob", COMPUTE_REF_LOG_PROB),
-        ("ActorRolloutRefWorker", "update_actor", UPDATE_ACTOR),
-        ("CriticWorker", "compute_values", COMPUTE_VALUES),
-        ("CriticWorker", "update_critic", UPDATE_CRITIC),
-        ("RewardModelWorker", "compute_rm_score", COMPUTE_RM_SCORE),
-    ]
-]
-_VERL_ACTOR = "verl.workers.engine_workers:ActorRolloutRefWorker"
-
-#: Every framework version's entry points, in one table: a new version means editing rows here.
-#: verl 0.8+ workers are in engine_workers; its TrainingWorker serves critic and SFT alike, so it
-#: is marked as train_batch. From vLLM 0.10 on, vllm.engine.llm_engine.LLMEngine is the v1
-#: class: its row then finds the method already instrumented and says so.
-PRESETS: tuple[PresetEntry, ...] = (
-    *_VERL_LEGACY,
-    PresetEntry("verl", _VERL_ACTOR, "compute_log_prob", COMPUTE_LOG_PROB),
-    PresetEntry("verl", _VERL_ACTOR, "compute_ref_log_prob", COMPUTE_REF_LOG_PROB),
-    PresetEntry("verl", _VERL_ACTOR, "update_actor", UPDATE_ACTOR),
-    PresetEntry("verl", "verl.workers.engine_workers:TrainingWorker", "train_batch", TRAIN_BATCH),
-    PresetEntry(
-        "verl",
-        "verl.experimental.agent_loop.agent_loop:AgentLoopWorker",
-        "generate_sequences",
-        GENERATE_SEQUENCES,
-    ),
-    PresetEntry("vllm", "vllm.v1.engine.llm_engine:LLMEngine", "step", VLLM_ONE_STEP),
-    PresetEntry("vllm", "vllm.engine.llm_engine:LLMEngine", "step", VLLM_ONE_STEP),
-    PresetEntry(
-        "sglang", "sglang.srt.model_executor.model_runner:ModelRunner", "forward", SGLANG_FORWARD
-    ),
-)
-
-
-def _preset(framework: str, stream: object, sample: Policy | None) -> Instrumented:
-    patches: list[_Patch] = []
-    skipped: list[tuple[str, str]] = []
-    for entry in PRESETS:
-        if entry.framework != framework:
-            continue
-        try:
-            handle = instrument(
-                entry.owner,
-                entry.attr,
-                name=entry.phase,
-                stream=stream,
-                sample=sample,
-            )
-        # A framework's import can fail in many ways (a missing torch, a CUDA probe); the
-        # preset's promise is to skip what cannot be patched, and to say why.
-        except Exception as exc:
-            skipped.append((f"{entry.owner}.{entry.attr}", f"{type(exc).__name__}: {exc}"))
-            continue
-        patches += handle._patches
-        skipped += handle.skipped
-    return Instrumented(patches, skipped)
-
-
+# The presets moved to mstx_marks.presets; these names stay importable from here.
 def instrument_verl(*, stream: object = None, sample: Policy | None = None) -> Instrumented:
-    """Wrap verl's worker methods (rollout, log-probs, updates, values, reward model) as phases.
+    """Apply the verl preset now (see :mod:`mstx_marks.presets`): imports what it patches.
 
     >>> report = instrument_verl()  # doctest: +SKIP
-    >>> report.patched  # doctest: +SKIP
-    ('verl.workers.engine_workers:ActorRolloutRefWorker.compute_log_prob', ...)
     """
-    return _preset("verl", stream, sample)
+    from .presets import apply
+
+    return apply("verl", stream=stream, sample=sample)
 
 
 def instrument_vllm(*, stream: object = None, sample: Policy | None = None) -> Instrumented:
-    """Wrap vLLM's ``LLMEngine.step`` as ``vllm_one_step`` (domain ``vllm_one_step``).
+    """Apply the vLLM preset now (engine-core steps, the worker's forward), in this process.
 
     >>> from mstx_marks import window
-    >>> report = instrument_vllm(sample=window(30, 70))  # decode steps 30..69 only
+    >>> report = instrument_vllm(sample=window(30, 70))  # engine steps 30..69 only
     >>> report.undo()
     """
-    return _preset("vllm", stream, sample)
+    from .presets import apply
+
+    return apply("vllm", stream=stream, sample=sample)
 
 
 def instrument_sglang(*, stream: object = None, sample: Policy | None = None) -> Instrumented:
-    """Wrap SGLang's ``ModelRunner.forward`` as ``sglang_forward`` (domain ``sglang_forward``).
+    """Apply the SGLang preset now (``ModelRunner.forward``, by batch kind).
 
     >>> instrument_sglang().undo()
     """
-    return _preset("sglang", stream, sample)
+    from .presets import apply
+
+    return apply("sglang", stream=stream, sample=sample)
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("PRESETS", "PresetEntry"):
+        from . import presets
+
+        return getattr(presets, "TARGETS" if name == "PRESETS" else "Target")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -32,8 +32,6 @@ mstx_marks.phases.UnknownPhase: 'updte_actor' is not a registered phase or alias
 
 from __future__ import annotations
 
-import argparse
-import difflib
 import re
 import threading
 
@@ -180,6 +178,8 @@ class UnknownPhase(KeyError):
         self.name = name
 
     def __str__(self) -> str:
+        import difflib  # only when the message is read: keeps it out of `import mstx_marks`
+
         close = difflib.get_close_matches(self.name, list(_by_name), n=3, cutoff=0.6)
         hint = f"; close: {', '.join(close)}" if close else "; see `python -m mstx_marks phases`"
         return f"{self.name!r} is not a registered phase or alias{hint}"
@@ -296,14 +296,10 @@ def phases_table() -> str:
 
 
 def phases_cli(argv: list[str]) -> int:
-    """``python -m mstx_marks phases``: print :func:`phases_table`; returns the exit code."""
-    parser = argparse.ArgumentParser(
-        prog="python -m mstx_marks phases",
-        description="Print the registry of standard RL phases and their aliases.",
-    )
-    parser.parse_args(argv)
-    print(phases_table())
-    return 0
+    """``mstx-marks phases``: the command line lives in :mod:`mstx_marks.cli`."""
+    from .cli import main
+
+    return main(["phases", *argv])
 
 
 def _std(

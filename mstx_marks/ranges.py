@@ -21,7 +21,8 @@ import functools
 import inspect
 import sys
 import threading
-from collections.abc import AsyncGenerator, Generator
+from collections.abc import AsyncGenerator, Generator, MutableMapping
+from time import perf_counter
 from typing import Any, Callable, TypeVar, Union, overload
 
 from .backends.base import EndFn
@@ -30,7 +31,7 @@ from .phases import Phase
 from .sampling import Decisions, Policy
 from .settings import Gate, fault, gate, host_gates
 
-__all__ = ["Mark", "Range", "instant", "mark", "mstx_range"]
+__all__ = ["Mark", "Range", "Timed", "instant", "mark", "mstx_range"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 Name = Union[str, Phase]
@@ -330,19 +331,66 @@ _MAX_CACHED = 4096
 _cached: dict[str | None, dict[Any, Mark]] = {None: {}}
 
 
+class Timed:
+    """One ``with`` entry of a range that also adds its seconds to ``timing[name]``, whether the
+    block returns or raises: verl's ``timing_raw`` dict, filled the way its ``marked_timer``
+    does (which has no ``finally``). Built by ``mark(name, timing=...)``; not reusable."""
+
+    __slots__ = ("_mark", "_t0", "_timing")
+
+    def __init__(self, site: Mark, timing: MutableMapping[str, float]) -> None:
+        self._mark, self._timing, self._t0 = site, timing, 0.0
+
+    def __enter__(self) -> Timed:
+        self._t0 = perf_counter()
+        self._mark.__enter__()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        try:
+            self._mark.__exit__(*exc_info)
+        finally:
+            name = self._mark.name
+            self._timing[name] = self._timing.get(name, 0.0) + (perf_counter() - self._t0)
+
+
+@overload
 def mark(
     name: Name,
     *,
     domain: str | None = None,
     stream: object = None,
     sample: Policy | None = None,
-) -> Mark:
+    timing: None = None,
+) -> Mark: ...
+
+
+@overload
+def mark(
+    name: Name,
+    *,
+    domain: str | None = None,
+    stream: object = None,
+    sample: Policy | None = None,
+    timing: MutableMapping[str, float],
+) -> Timed: ...
+
+
+def mark(
+    name: Name,
+    *,
+    domain: str | None = None,
+    stream: object = None,
+    sample: Policy | None = None,
+    timing: MutableMapping[str, float] | None = None,
+) -> Mark | Timed:
     """A range around a ``with`` block, or around every call of a decorated function.
 
     ``name`` is a str or a :class:`~mstx_marks.phases.Phase`; ``domain=None`` is MSTX's
     ``"default"``; ``stream`` is None (host only), ``"current"`` (the current NPU stream at each
     start) or a stream object; ``sample`` a :mod:`~mstx_marks.sampling` policy. Over-long names
-    built at run time are truncated with one warning.
+    built at run time are truncated with one warning. With ``timing`` (a dict such as verl's
+    ``timing_raw``) the block's seconds are also added to ``timing[name]``, exception or not.
 
     >>> from mstx_marks import configure
     >>> configure(backend="record")
@@ -351,7 +399,14 @@ def mark(
     >>> @mark("compute_log_prob")
     ... def logp(x):
     ...     return x
+    >>> timing_raw = {}
+    >>> with mark("gen", timing=timing_raw):
+    ...     pass
+    >>> list(timing_raw)
+    ['gen']
     """
+    if timing is not None:
+        return Timed(mark(name, domain=domain, stream=stream, sample=sample), timing)
     if stream is None and sample is None:
         try:
             sites = _cached.get(domain)

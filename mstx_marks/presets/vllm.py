@@ -1,0 +1,120 @@
+"""vLLM's and vllm-ascend's presets: one range per engine step, and the model's forward pass.
+
+With vLLM's default V1 multiprocessing the front end (``LLM``, ``AsyncLLM``) only queues requests:
+the engine runs in a spawned EngineCore process, and the model in a worker process (on CPU and
+multi-device runs) or in the EngineCore process. The preset therefore patches (checked in vLLM
+0.11 to 0.33; 0.32's CPU build run here):
+
+- ``vllm.v1.engine.core:EngineCore.step``: ``vllm_one_step`` (domain ``vllm_one_step``), once
+  per engine step that has requests (an idle poll returns at once and is not a step);
+- ``vllm.v1.worker.gpu_worker:Worker.execute_model`` (``CPUWorker`` inherits it):
+  ``prefill_batch``, ``decode_batch`` or ``mixed_batch`` (domain ``vllm``) by the step's batch,
+  with vLLM's own rule (``vllm/v1/utils.py`` ``compute_iteration_details``: a request is in its
+  context phase when it is new or has no output token yet); and ``Worker.sample_tokens`` as
+  ``sampling``;
+- vllm-ascend's ``NPUWorker.execute_model`` (``vllm_ascend/worker/worker_v1.py`` in 0.11,
+  ``worker.py`` from 0.13) and ``sample_tokens`` (0.13+), the same way.
+
+The front end's ``LLMEngine.step`` is not patched: it times the queue, not the model.
+
+>>> class Cached:
+...     def is_context_phase(self, req_id): return False
+>>> class Out:
+...     total_num_scheduled_tokens = 2
+...     num_scheduled_tokens = {"a": 1, "b": 1}
+...     scheduled_new_reqs = []
+...     scheduled_cached_reqs = Cached()
+>>> batch_kind(Out())
+'decode_batch'
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable
+
+from ..instrument import Instrumented, replace
+from . import Options, Target
+
+__all__ = ["TARGETS", "batch_kind"]
+
+_KINDS = ("prefill_batch", "decode_batch", "mixed_batch")
+
+
+def batch_kind(scheduler_output: Any) -> str | None:
+    """``prefill_batch``, ``decode_batch`` or ``mixed_batch`` for one step's ``SchedulerOutput``;
+    None for an empty step (no token scheduled). Unknown shapes count as mixed."""
+    try:
+        if scheduler_output.total_num_scheduled_tokens == 0:
+            return None
+        new = {r.req_id for r in scheduler_output.scheduled_new_reqs}
+        cached = scheduler_output.scheduled_cached_reqs
+        context = generation = 0
+        for req_id in scheduler_output.num_scheduled_tokens:
+            if req_id in new or cached.is_context_phase(req_id):
+                context += 1
+            else:
+                generation += 1
+    except Exception:  # another vLLM's SchedulerOutput: still one range per step
+        return "mixed_batch"
+    if context and generation:
+        return "mixed_batch"
+    return "prefill_batch" if context else "decode_batch"
+
+
+def engine_step(owner: Any, attr: str, target: Target, options: Options) -> Instrumented:
+    """``EngineCore.step`` as one range, skipping the idle polls that schedule nothing."""
+    site = options.site(target.phase, target.domain)
+
+    def wrap(o: object, a: str, raw: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(raw)
+        def step(self: Any, *args: Any, **kwargs: Any) -> Any:
+            try:
+                idle = not self.scheduler.has_requests()
+            except Exception:
+                idle = False
+            if idle:
+                return raw(self, *args, **kwargs)
+            with site:
+                return raw(self, *args, **kwargs)
+
+        return step
+
+    return replace(owner, attr, wrap)
+
+
+def execute_model(owner: Any, attr: str, target: Target, options: Options) -> Instrumented:
+    """A worker's ``execute_model(scheduler_output)`` as a range named by the batch kind."""
+    sites = {kind: options.site(kind, target.domain) for kind in _KINDS}
+
+    def wrap(o: object, a: str, raw: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(raw)
+        def execute(self: Any, scheduler_output: Any, *args: Any, **kwargs: Any) -> Any:
+            kind = batch_kind(scheduler_output)
+            if kind is None:
+                return raw(self, scheduler_output, *args, **kwargs)
+            with sites[kind]:
+                return raw(self, scheduler_output, *args, **kwargs)
+
+        return execute
+
+    return replace(owner, attr, wrap)
+
+
+_CORE = "vllm.v1.engine.core"
+_GPU_WORKER = "vllm.v1.worker.gpu_worker"
+_ALL = "vLLM 0.11 to 0.33"
+
+TARGETS: tuple[Target, ...] = (
+    Target("vllm", _CORE, "EngineCore.step", "vllm_one_step", _ALL, engine_step, "vllm_one_step"),
+    Target("vllm", _GPU_WORKER, "Worker.execute_model", "prefill_batch", _ALL, execute_model,
+           "vllm"),
+    Target("vllm", _GPU_WORKER, "Worker.sample_tokens", "sampling", "vLLM 0.12 and newer",
+           domain="vllm"),
+    Target("vllm_ascend", "vllm_ascend.worker.worker_v1", "NPUWorker.execute_model",
+           "prefill_batch", "vllm-ascend 0.11", execute_model, "vllm"),
+    Target("vllm_ascend", "vllm_ascend.worker.worker", "NPUWorker.execute_model",
+           "prefill_batch", "vllm-ascend 0.13 and newer", execute_model, "vllm"),
+    Target("vllm_ascend", "vllm_ascend.worker.worker", "NPUWorker.sample_tokens", "sampling",
+           "vllm-ascend 0.13 and newer", domain="vllm"),
+)  # fmt: skip
