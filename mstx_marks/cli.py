@@ -1,51 +1,259 @@
-"""``python -m mstx_marks COMMAND ...``: the command line.
+"""``mstx-marks COMMAND ...`` (also ``python -m mstx_marks``): the whole command line.
 
-Each command lives with the feature it serves and is imported only when chosen, so
-``python -m mstx_marks phases`` never imports torch.
+Every command's options are declared here, each with its help text, and argparse's exits are
+handled in one place (:func:`main` returns the exit code; nothing here calls ``sys.exit``). The
+work is done by the library functions each command calls, imported only when it runs, so
+``import mstx_marks`` imports neither argparse nor any command's dependencies.
 
->>> main(["--help"])  # doctest: +SKIP
+>>> main(["--version"])  # doctest: +ELLIPSIS
+mstx-marks ...
+0
 """
 
 from __future__ import annotations
 
-import importlib
+import argparse
 import os
+import shlex
 import sys
-from typing import Callable
+from collections.abc import Sequence
+from typing import Any, Callable, NoReturn
 
-__all__ = ["main"]
+__all__ = ["COMMANDS", "main"]
 
-#: command -> (module, function taking argv and returning an exit code, one-line help)
-COMMANDS = {
-    "demo": ("mstx_marks.demo", "demo_cli", "run the multi-rank GRPO-shaped demo on CPU"),
-    "summary": ("mstx_marks.summary", "summary_cli", "per-phase summary of traces (--svg, --csv)"),
-    "phases": ("mstx_marks.phases", "phases_cli", "print the registry of standard RL phases"),
-    "verl-overrides": ("mstx_marks.verl", "verl_overrides_cli", "print verl profiler overrides"),
-    "check-verl": ("mstx_marks.verl", "check_verl_cli", "check verl profiler overrides"),
+PROG = "mstx-marks"
+
+
+class _Exit(Exception):
+    """argparse wanted to exit: its status and what it printed go back through :func:`main`."""
+
+    def __init__(self, status: int, message: str | None) -> None:
+        super().__init__(message)
+        self.status, self.message = status, message
+
+
+class _Parser(argparse.ArgumentParser):
+    def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
+        raise _Exit(status, message)
+
+    def error(self, message: str) -> NoReturn:
+        raise _Exit(2, f"{self.format_usage()}{self.prog}: error: {message}\n")
+
+
+def _csv_ints(text: str) -> list[int]:
+    try:
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} must be comma-separated ints") from None
+
+
+def _csv(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+# --- commands: each declares its options and calls the library ---------------------------------
+
+
+def _phases_args(p: argparse.ArgumentParser) -> None:
+    del p  # no options
+
+
+def _phases(args: argparse.Namespace) -> int:
+    from .phases import phases_table
+
+    print(phases_table())
+    return 0
+
+
+def _recipes_args(p: argparse.ArgumentParser) -> None:
+    del p
+
+
+def _recipes(args: argparse.Namespace) -> int:
+    from .recipes import recipes_table
+
+    print(recipes_table())
+    return 0
+
+
+def _verl_overrides_args(p: argparse.ArgumentParser) -> None:
+    from .profiler_options import CONTENTS, LEVELS
+    from .verl import ENGINES, ROLES
+
+    p.add_argument("--steps", type=_csv_ints, required=True, help="steps to profile, e.g. 1,2,5")
+    p.add_argument("--save-path", default="outputs/profile", help="global_profiler.save_path")
+    p.add_argument(
+        "--roles",
+        type=_csv,
+        default=["actor", "ref", "rollout"],
+        help="comma-separated roles to profile: " + ",".join(ROLES),
+    )
+    who = p.add_mutually_exclusive_group()
+    who.add_argument("--ranks", type=_csv_ints, help="global ranks, e.g. 0,8 (default: rank 0)")
+    who.add_argument("--all-ranks", action="store_true", help="profile every rank")
+    p.add_argument("--level", help="profiler level: " + ", ".join(LEVELS))
+    p.add_argument(
+        "--contents",
+        type=_csv,
+        help="what to collect: " + ",".join(CONTENTS) + " (from verl 0.9.1 list npu for MSTX)",
+    )
+    p.add_argument(
+        "--discrete",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="one capture per stage (rollout needs it)",
+    )
+    p.add_argument(
+        "--analysis",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="parse the capture when it ends",
+    )
+    p.add_argument(
+        "--token-window", type=_csv_ints, metavar="START,STOP", help="rollout tokens to profile"
+    )
+    p.add_argument("--tool", default="npu", help="global_profiler.tool (default npu)")
+    p.add_argument("--engine", help="rollout engine: " + ", ".join(ENGINES))
+    p.add_argument("--continuous", action="store_true", help="profile_continuous_steps")
+    p.add_argument("--raw", action="store_true", help="print Hydra strings without shell quoting")
+
+
+def _verl_overrides(args: argparse.Namespace) -> int:
+    from .verl import verl_overrides
+
+    window = None
+    if args.token_window is not None:
+        if len(args.token_window) != 2:
+            print(f"error: --token-window {args.token_window} must be START,STOP", file=sys.stderr)
+            return 2
+        window = (args.token_window[0], args.token_window[1])
+    lines = verl_overrides(
+        steps=args.steps,
+        save_path=args.save_path,
+        roles=args.roles,
+        ranks=args.ranks,
+        all_ranks=args.all_ranks,
+        level=args.level,
+        contents=args.contents,
+        discrete=args.discrete,
+        analysis=args.analysis,
+        token_window=window,
+        tool=args.tool,
+        engine=args.engine,
+        continuous=args.continuous,
+    )
+    for line in lines:
+        print(line if args.raw else shlex.quote(line))
+    return 0
+
+
+def _check_verl_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("inputs", nargs="+", help="launch script paths, '-' for stdin, or key=value")
+
+
+def _check_verl(args: argparse.Namespace) -> int:
+    from .verl import check_verl_inputs
+
+    return check_verl_inputs(args.inputs)
+
+
+def _run_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--instrument", metavar="LIST", help="MSTX_MARKS_INSTRUMENT, e.g. verl,vllm")
+    p.add_argument("--out", metavar="DIR", help="MSTX_MARKS_OUT: every process records there")
+    p.add_argument("--sample", metavar="SPEC", help="MSTX_MARKS_SAMPLE, e.g. 'gen=every(2)'")
+    p.add_argument("--capture", metavar="SPEC", help="MSTX_MARKS_CAPTURE (see `recipes`)")
+    p.add_argument("--backend", help="MSTX_MARKS_BACKEND")
+    p.add_argument("--role", help="MSTX_MARKS_ROLE of the command's processes")
+    p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS... (the job to run)")
+
+
+def _run(args: argparse.Namespace) -> int:
+    from . import env
+    from .launcher import run
+
+    command = list(args.command)
+    if command[:1] == ["--"]:
+        command = command[1:]
+    if not command:
+        print(f"error: no command given: {PROG} run [OPTIONS] -- CMD ARGS...", file=sys.stderr)
+        return 2
+    chosen = {
+        env.INSTRUMENT: args.instrument,
+        env.OUT: args.out and os.path.abspath(args.out),
+        env.SAMPLE: args.sample,
+        env.CAPTURE: args.capture,
+        env.BACKEND: args.backend,
+        env.ROLE: args.role,
+    }
+    code = run(command, {k: v for k, v in chosen.items() if v})
+    print(f"error: cannot run {command[0]!r} (exit {code})", file=sys.stderr)
+    return code
+
+
+def _passthrough_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("args", nargs=argparse.REMAINDER, help="the command's own options")
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from .demo import demo_cli
+
+    return demo_cli(list(args.args))
+
+
+def _summary(args: argparse.Namespace) -> int:
+    from .summary import summary_cli
+
+    return summary_cli(list(args.args))
+
+
+Command = tuple[Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int], str]
+
+#: name -> (declare options, run, one-line help)
+COMMANDS: dict[str, Command] = {
+    "demo": (_passthrough_args, _demo, "run the multi-rank GRPO-shaped demo on CPU"),
+    "summary": (_passthrough_args, _summary, "per-phase summary of traces (--svg, --csv, --json)"),
+    "run": (_run_args, _run, "run a command with every Python process under it activated"),
+    "recipes": (_recipes_args, _recipes, "list the profiler capture recipes"),
+    "phases": (_phases_args, _phases, "print the registry of standard RL phases"),
+    "verl-overrides": (_verl_overrides_args, _verl_overrides, "print verl profiler overrides"),
+    "check-verl": (_check_verl_args, _check_verl, "check verl profiler overrides"),
 }
 
 
-def _usage() -> str:
-    lines = ["usage: python -m mstx_marks COMMAND [ARGS...]", "", "commands:"]
-    lines += [f"  {name:<16}{help_}" for name, (_, _, help_) in COMMANDS.items()]
-    lines.append("\n'python -m mstx_marks COMMAND --help' describes each command.")
-    return "\n".join(lines)
+def _parser() -> _Parser:
+    from . import __version__
+
+    parser = _Parser(
+        prog=PROG,
+        description="Mark RL training phases as MSTX ranges; inspect and analyse them.",
+    )
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for name, (declare, run, help_) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_, description=help_[0].upper() + help_[1:] + ".")
+        declare(p)
+        p.set_defaults(run=run)
+    return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run one command; returns its exit code (2 for an unknown command)."""
-    args = sys.argv[1:] if argv is None else argv
-    if not args or args[0] in ("-h", "--help"):
-        print(_usage())
-        return 0 if args else 2
-    entry = COMMANDS.get(args[0])
-    if entry is None:
-        print(f"error: unknown command {args[0]!r}\n\n{_usage()}", file=sys.stderr)
-        return 2
-    module, func, _ = entry
-    command: Callable[[list[str]], int] = getattr(importlib.import_module(module), func)
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; returns its exit code (2 for usage errors, as argparse says)."""
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    parser = _parser()
     try:
-        return command(args[1:])
+        args: Any = parser.parse_args(args_list)
+        if args.command is None:
+            parser.print_usage(sys.stderr)
+            print(f"{PROG}: error: a command is needed; see '{PROG} --help'", file=sys.stderr)
+            return 2
+        return int(args.run(args))
+    except _Exit as exit_:
+        if exit_.message:
+            (sys.stderr if exit_.status else sys.stdout).write(exit_.message)
+        return exit_.status
+    except (TypeError, ValueError) as err:  # a library function refused a value: say which
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     except BrokenPipeError:
         # The reader went away (`... | head`): stop quietly, as Unix tools do. Pointing stdout at
         # devnull keeps the interpreter's final flush from raising again.

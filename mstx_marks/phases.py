@@ -44,20 +44,32 @@ __all__ = [
     "COMPUTE_RM_SCORE",
     "COMPUTE_SCORE",
     "COMPUTE_VALUES",
+    "DATALOADER",
+    "DECODE_BATCH",
+    "DUMP_ROLLOUT",
+    "EMITTED",
     "GENERATE_SEQUENCES",
+    "INFER_BATCH",
     "MICRO_BATCH",
     "MINI_BATCH",
+    "MIXED_BATCH",
+    "PREFILL_BATCH",
     "RESHARDING_TO_INFER",
     "RESHARDING_TO_TRAIN",
     "REWARD",
+    "SAMPLING",
     "SAVE_CHECKPOINT",
     "SGLANG_FORWARD",
     "START_PROFILE",
     "STEP",
     "STOP_PROFILE",
+    "SWITCH_TO_ROLLOUT",
+    "SWITCH_TO_TRAINER",
+    "SWITCH_WAIT",
     "TESTING",
     "TOOL_CALLS",
     "TRAIN_BATCH",
+    "TRAIN_MINI_BATCH",
     "UPDATE_ACTOR",
     "UPDATE_CRITIC",
     "UPDATE_WEIGHTS",
@@ -90,7 +102,16 @@ class Phase:
     Phase('micro_batch3')
     """
 
-    __slots__ = ("_at", "aliases", "description", "domain", "framework", "indexed", "name")
+    __slots__ = (
+        "_at",
+        "aliases",
+        "description",
+        "domain",
+        "emitted",
+        "framework",
+        "indexed",
+        "name",
+    )
 
     name: str
     domain: str
@@ -98,6 +119,7 @@ class Phase:
     description: str
     aliases: tuple[str, ...]
     indexed: bool
+    emitted: str
 
     def __init__(
         self,
@@ -108,6 +130,7 @@ class Phase:
         description: str = "",
         aliases: tuple[str, ...] = (),
         indexed: bool = False,
+        emitted: str = "range",
     ) -> None:
         self.name = check_name(name, "phase name")
         self.domain = DEFAULT_DOMAIN if domain is None else check_domain(domain)
@@ -122,6 +145,9 @@ class Phase:
         if not isinstance(indexed, bool):
             raise TypeError(f"indexed must be a bool, got {indexed!r}")
         self.indexed = indexed
+        if emitted not in EMITTED:
+            raise ValueError(f"emitted {emitted!r} must be one of {', '.join(EMITTED)}")
+        self.emitted = emitted
         self._at: dict[int, Phase] = {}
 
     def at(self, index: int) -> Phase:
@@ -163,7 +189,14 @@ class Phase:
             self.description,
             self.aliases,
             self.indexed,
+            self.emitted,
         )
+
+
+#: How a phase reaches a trace: a profiler range (MSTX/NVTX), a ``torch.profiler``
+#: ``record_function`` (a CPU op in torch_npu's capture, not MSTX), a metric or timing key only,
+#: or a range only our presets emit (the frameworks have none of their own).
+EMITTED = ("range", "record_function", "metric", "preset")
 
 
 class UnknownPhase(KeyError):
@@ -274,23 +307,24 @@ def phases_table() -> str:
     """The registry as a text table: name, domain, framework, aliases (``{i}``: indexed).
 
     >>> print(phases_table().splitlines()[0])  # doctest: +NORMALIZE_WHITESPACE
-    name  domain  framework  aliases
+    name  domain  emitted  framework  aliases
     """
-    header = ("name", "domain", "framework", "aliases")
+    header = ("name", "domain", "emitted", "framework", "aliases")
     rows = [
         (
             p.name + ("{i}" if p.indexed else ""),
             p.domain,
+            p.emitted,
             p.framework,
             ", ".join(p.aliases),
         )
         for p in all_phases()
     ]
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(3)]
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(4)]
 
-    def line(row: tuple[str, str, str, str]) -> str:
+    def line(row: tuple[str, ...]) -> str:
         cells = [cell.ljust(w) for cell, w in zip(row, widths)]
-        return "  ".join([*cells, row[3]]).rstrip()
+        return "  ".join([*cells, row[4]]).rstrip()
 
     return "\n".join(line(r) for r in [header, *rows])
 
@@ -310,6 +344,7 @@ def _std(
     *,
     domain: str | None = None,
     indexed: bool = False,
+    emitted: str = "range",
 ) -> Phase:
     return register(
         Phase(
@@ -319,76 +354,196 @@ def _std(
             description=description,
             aliases=aliases,
             indexed=indexed,
+            emitted=emitted,
         )
     )
 
 
-# --- the standard phases, as each framework emits them. Aliases are grouped by their source. ----
+# --- the standard phases, as each framework and version emits them --------------------------
+# Read from the published packages (verl 0.6.1-0.9.1, vLLM 0.11-0.33, vllm-ascend 0.11-0.23,
+# SGLang 0.5.23, MindSpeed-RL master 2026). verl's stage markers say the method name up to 0.9.0
+# and the role from 0.9.1 (update_actor became actor_update); MindSpeed-RL's ranges say the
+# method's __qualname__. Aliases are grouped by where they come from.
 
-_VERL_MS = "verl, MindSpeed-RL"
-
-STEP = _std("step", "verl", "one training step (verl trainer timer)")
+STEP = _std("step", "verl trainer timer", "one training step")
 GENERATE_SEQUENCES = _std(
     "generate_sequences",
-    _VERL_MS,
+    "verl <= 0.7 stage marker; verl agent loop (preset); MindSpeed-RL",
     "rollout: generate responses for a batch of prompts",
-    ("gen", "rollout_generate", "actor_generate", "rollout"),
+    (
+        "gen",  # verl trainer timer
+        "rollout_generate",  # verl <= 0.7 role
+        "gen_max",  # verl <= 0.7 trainer timer (REMAX baseline generation)
+        "ActorHybridWorkerBase.generate_sequences",  # MindSpeed-RL range
+        "ActorRolloutHybrid.generate_sequences",  # MindSpeed-RL range
+        "actor_generate",  # MindSpeed-RL stage
+        "rollout",  # MindSpeed-RL timer
+    ),
 )
 COMPUTE_LOG_PROB = _std(
     "compute_log_prob",
-    _VERL_MS,
+    "verl stage marker (0.9.1+: actor_compute_log_prob); MindSpeed-RL",
     "log-probs of the rollout under the current (old) actor",
-    ("old_log_prob", "actor_compute_log_prob", "old_log_p"),
+    (
+        "old_log_prob",  # verl trainer timer
+        "actor_compute_log_prob",  # verl 0.9.1+ marker; MindSpeed-RL stage
+        "ActorHybridWorkerBase.compute_log_prob",  # MindSpeed-RL range
+        "old_log_p",  # MindSpeed-RL timer
+    ),
 )
 COMPUTE_REF_LOG_PROB = _std(
     "compute_ref_log_prob",
-    _VERL_MS,
+    "verl stage marker (0.9.1+: ref_compute_log_prob); MindSpeed-RL",
     "log-probs of the rollout under the reference model",
-    ("ref", "ref_compute_log_prob", "reference_compute_log_prob", "reference_model"),
+    (
+        "ref",  # verl trainer timer
+        "ref_compute_log_prob",  # verl 0.9.1+ marker
+        "ReferenceWorkerBase.compute_ref_log_prob",  # MindSpeed-RL range
+        "IntegratedWorker.compute_ref_log_prob",  # MindSpeed-RL range
+        "reference_compute_log_prob",  # MindSpeed-RL stage
+        "reference_model",  # MindSpeed-RL timer
+    ),
 )
 COMPUTE_VALUES = _std(
     "compute_values",
-    _VERL_MS,
+    "verl <= 0.7 stage marker; MindSpeed-RL",
     "critic values of the rollout",
-    ("values", "critic_compute_values"),
+    ("values", "CriticWorkerBase.compute_values", "critic_compute_values"),
 )
-REWARD = _std("reward", "verl", "the whole reward stage of a step (verl trainer timer)")
+REWARD = _std("reward", "verl trainer timer", "the whole reward stage of a step")
 COMPUTE_RM_SCORE = _std(
-    "compute_rm_score", _VERL_MS, "scores from a reward model", ("reward_model",)
+    "compute_rm_score",
+    "verl <= 0.7.0 stage marker; MindSpeed-RL",
+    "scores from a reward model",
+    ("Reward.compute_rm_score", "reward_model"),
 )
 COMPUTE_SCORE = _std(
-    "compute_score", _VERL_MS, "scores from a reward function or rule", ("rule_reward",)
+    "compute_score",
+    "verl agent loop; MindSpeed-RL",
+    "scores from a reward function or rule (a metric key in verl's agent loop)",
+    ("compute_verifier_score", "rule_reward"),
+    emitted="metric",
 )
-ADV = _std("adv", _VERL_MS, "advantage estimation")
-UPDATE_CRITIC = _std("update_critic", _VERL_MS, "critic training", ("critic_update",))
-UPDATE_ACTOR = _std("update_actor", _VERL_MS, "actor (policy) training", ("actor_update", "update"))
-TRAIN_BATCH = _std("train_batch", "verl", "one training batch of a verl 0.9 TrainingWorker")
-UPDATE_WEIGHTS = _std("update_weights", "verl", "send new actor weights to the rollout engines")
-SAVE_CHECKPOINT = _std("save_checkpoint", "verl", "checkpoint saving")
-TESTING = _std("testing", "verl", "validation run")
-START_PROFILE = _std("start_profile", "verl", "starting the profiler on the workers")
-STOP_PROFILE = _std("stop_profile", "verl", "stopping the profiler on the workers")
-TOOL_CALLS = _std("tool_calls", "verl", "tool calls of one agent-loop turn")
-MINI_BATCH = _std("mini_batch", "verl", "one mini-batch of an update", indexed=True)
-MICRO_BATCH = _std("micro_batch", "verl", "one micro-batch of an update", indexed=True)
+ADV = _std(
+    "adv", "verl trainer timer; MindSpeed-RL", "advantage estimation", ("compute_advantage",)
+)
+UPDATE_CRITIC = _std(
+    "update_critic",
+    "verl <= 0.7 stage marker; MindSpeed-RL",
+    "critic training",
+    ("critic_update", "CriticWorkerBase.update"),
+)
+UPDATE_ACTOR = _std(
+    "update_actor",
+    "verl stage marker (0.9.1+: actor_update); MindSpeed-RL",
+    "actor (policy) training",
+    ("actor_update", "ActorHybridWorkerBase.update", "update"),
+)
+TRAIN_BATCH = _std(
+    "train_batch",
+    "verl 0.8+ TrainingWorker marker",
+    "one training batch (one mini-batch) of a TrainingWorker; in 0.9.1 only the critic's fires",
+)
+TRAIN_MINI_BATCH = _std(
+    "train_mini_batch",
+    "verl 0.7.1+ TrainingWorker (preset)",
+    "one update over all mini-batches (actor update, critic update)",
+    emitted="preset",
+)
+INFER_BATCH = _std(
+    "infer_batch",
+    "verl 0.7.1+ TrainingWorker (preset)",
+    "one forward-only pass (log-probs, critic values)",
+    emitted="preset",
+)
+UPDATE_WEIGHTS = _std("update_weights", "verl 0.7.1+ trainer timer", "send weights to rollout")
+SAVE_CHECKPOINT = _std("save_checkpoint", "verl trainer timer; torch_npu", "checkpoint saving")
+TESTING = _std("testing", "verl trainer timer", "validation run")
+DUMP_ROLLOUT = _std(
+    "dump_rollout_generations", "verl trainer timer", "writing rollout generations to disk"
+)
+SWITCH_TO_TRAINER = _std(
+    "switch_to_trainer", "verl separate-async trainer timer", "hand the devices to training"
+)
+SWITCH_WAIT = _std("switch_wait", "verl separate-async trainer timer", "wait for the switch")
+SWITCH_TO_ROLLOUT = _std(
+    "switch_to_rollout", "verl separate-async trainer timer", "hand the devices to rollout"
+)
+START_PROFILE = _std("start_profile", "verl legacy trainer timer", "starting the profiler")
+STOP_PROFILE = _std("stop_profile", "verl legacy trainer timer", "stopping the profiler")
+TOOL_CALLS = _std(
+    "tool_calls", "verl agent loop", "tool calls of one agent-loop turn", emitted="metric"
+)
+MINI_BATCH = _std(
+    "mini_batch",
+    "verl 0.9.1+ engine_workers",
+    "one mini-batch of an update",
+    indexed=True,
+    emitted="record_function",
+)
+MICRO_BATCH = _std(
+    "micro_batch",
+    "verl 0.9.1+ FSDP / torchtitan engines",
+    "one micro-batch of a forward-backward loop",
+    indexed=True,
+    emitted="record_function",
+)
+DATALOADER = _std("dataloader", "torch_npu", "fetching a batch (torch_npu's own range)")
 VLLM_GENERATE_SEQUENCES = _std(
-    "vllm_generate_sequences", "vllm", "generation inside the vLLM engine (Ascend RL guide)"
+    "vllm_generate_sequences",
+    "Ascend RL guide (a hand edit)",
+    "generation inside the vLLM engine",
+    emitted="preset",
 )
 VLLM_ONE_STEP = _std(
     "vllm_one_step",
-    "vllm",
-    "one vLLM engine step (one decode step), in its own domain",
+    "vLLM 0.11-0.33 EngineCore.step (preset)",
+    "one engine step (schedule, forward, sample), in its own domain as in the Ascend RL guide",
     domain="vllm_one_step",
+    emitted="preset",
+)
+PREFILL_BATCH = _std(
+    "prefill_batch",
+    "vLLM / vllm-ascend worker, SGLang ModelRunner (preset)",
+    "a forward whose batch is all prefill (context phase)",
+    ("prefill",),
+    emitted="preset",
+)
+DECODE_BATCH = _std(
+    "decode_batch",
+    "vLLM / vllm-ascend worker, SGLang ModelRunner (preset)",
+    "a forward whose batch is all decode",
+    ("decode",),
+    emitted="preset",
+)
+MIXED_BATCH = _std(
+    "mixed_batch",
+    "vLLM / vllm-ascend worker (preset)",
+    "a forward whose batch mixes prefill and decode",
+    emitted="preset",
+)
+SAMPLING = _std(
+    "sampling",
+    "vLLM 0.12+ / vllm-ascend 0.13+ worker sample_tokens (preset)",
+    "sampling the next tokens",
+    emitted="preset",
 )
 SGLANG_FORWARD = _std(
     "sglang_forward",
-    "sglang",
+    "SGLang (a hand edit)",
     "one SGLang model-runner forward, in its own domain",
     domain="sglang_forward",
+    emitted="preset",
 )
 RESHARDING_TO_INFER = _std(
-    "resharding_to_infer", "MindSpeed-RL", "reshard actor weights from training to inference"
+    "resharding_to_infer",
+    "MindSpeed-RL timer",
+    "reshard actor weights from training to inference",
+    ("MegatronShardingManager.enter_infer_mode",),
 )
 RESHARDING_TO_TRAIN = _std(
-    "resharding_to_train", "MindSpeed-RL", "reshard actor weights back to the training layout"
+    "resharding_to_train",
+    "MindSpeed-RL timer",
+    "reshard actor weights back to the training layout",
+    ("MegatronShardingManager.exit_infer_mode",),
 )

@@ -93,13 +93,15 @@ class RankTrace:
     """One rank's events, with the steps they fall in and the file they came from (if any).
 
     ``steps`` empty means "no step boundaries known"; :meth:`with_steps` then derives them from
-    the ranges named :data:`STEP_PHASE`.
+    the ranges named :data:`STEP_PHASE`. ``role`` names the process's part in the job
+    (``trainer``, ``EngineCore``, ...) when known: one rank may run several processes.
     """
 
     rank: int
     records: List[Record]
     steps: List[Span] = field(default_factory=list)
     source: Optional[Path] = None
+    role: str = ""
 
     @property
     def ranges(self) -> list[RangeRecord]:
@@ -124,7 +126,7 @@ class RankTrace:
         """This trace, with ``steps`` derived from its ``step`` ranges when none were given."""
         if self.steps:
             return self
-        return RankTrace(self.rank, self.records, step_spans(self.records), self.source)
+        return RankTrace(self.rank, self.records, step_spans(self.records), self.source, self.role)
 
 
 def step_spans(records: Iterable[Record], step_name: str = STEP_PHASE) -> list[Span]:

@@ -12,12 +12,12 @@ global_profiler.steps=[1,2]
 global_profiler.save_path=/tmp/prof
 actor_rollout_ref.actor.profiler.enable=True
 actor_rollout_ref.actor.profiler.ranks=[0]
+actor_rollout_ref.actor.profiler.tool_config.npu.contents=[npu,cpu]
 actor_rollout_ref.rollout.profiler.enable=False
 """
 
 from __future__ import annotations
 
-import argparse
 import functools
 import re
 import shlex
@@ -121,8 +121,10 @@ def verl_overrides(
     """The Hydra overrides that profile ``steps`` of a verl job on NPU, MSTX ranges included.
 
     ``roles``: actor, ref, rollout, critic. ``ranks`` (global ranks) or ``all_ranks``; neither
-    means verl's default, rank 0. ``level``, ``contents``, ``analysis`` left ``None`` keep verl's
-    defaults. ``discrete=None`` means True when rollout is profiled (it needs it), else verl's
+    means verl's default, rank 0. ``level`` and ``analysis`` left ``None`` keep verl's defaults;
+    ``contents`` defaults to ``[npu, cpu]`` (what ``[]`` meant up to verl 0.9.0; from 0.9.1 the
+    default ``[]`` requests no NPU activity and so collects no MSTX) and must list ``npu``.
+    ``discrete=None`` means True when rollout is profiled (it needs it), else verl's
     default. ``token_window=(start, stop)`` limits rollout profiling to those response tokens.
     ``engine`` ("vllm"/"sglang"), ``uses_reference`` (KL loss or KL in reward) and
     ``uses_critic``, when given, let the traps that depend on the job be caught here.
@@ -159,7 +161,11 @@ def verl_overrides(
         raise ValueError(f"ranks {rank_list} and all_ranks=True conflict: pick one")
     if level is not None and level not in LEVELS:
         raise ValueError(f"level {level!r} must be one of {', '.join(LEVELS)}")
-    content_list = None if contents is None else check_names(contents, "contents", CONTENTS)
+    content_list = (
+        list(_DEFAULT_CONTENTS) if contents is None else check_names(contents, "contents", CONTENTS)
+    )
+    if "npu" not in content_list:
+        raise ValueError(f"contents {content_list!r}: {_NO_NPU_CONTENTS} add 'npu'")
     if analysis is not None:
         _bool(analysis, "analysis")
     _bool(continuous, "continuous")
@@ -215,8 +221,7 @@ def verl_overrides(
         elif rank_list:
             out.append(f"{p}.ranks={_hydra(rank_list)}")
         npu = f"{p}.tool_config.npu"
-        if content_list is not None:
-            out.append(f"{npu}.contents={_hydra(content_list)}")
+        out.append(f"{npu}.contents={_hydra(content_list)}")
         if not (role == "rollout" and engine == "vllm"):
             if level is not None:
                 out.append(f"{npu}.level={level}")
@@ -230,6 +235,14 @@ def verl_overrides(
     if "actor" in role_list and not rollout:
         out.append(f"{ROLES['rollout']}.enable=False")
     return out
+
+
+_DEFAULT_CONTENTS = ("npu", "cpu")
+# verl 0.9.1 changed `contents: []` from "everything" to "CPU only" (see the module docstring).
+_NO_NPU_CONTENTS = (
+    "from verl 0.9.1 a profiler whose contents lack 'npu' requests no NPU activity, so torch_npu"
+    " ignores msprof_tx and no MSTX range is collected (the default contents: [] is such a list);"
+)
 
 
 class VerlProblem(NamedTuple):
@@ -476,6 +489,15 @@ def _check_job(seen: Dict[str, Tuple[int, str, _Value]], report: _JobReport) -> 
         stop = role_get("rollout", npu + "profile_token_end")
         if isinstance(start, int) and isinstance(stop, int) and stop <= start:
             report(*where(f"{ROLES['rollout']}.{npu}profile_token_end"), "needs end > start")
+    if tool in ("npu", None):
+        for r in enabled:
+            contents = role_get(r, npu + "contents")
+            if contents is _SHELL or (isinstance(contents, list) and "npu" in contents):
+                continue
+            report(
+                *where(f"{ROLES[r]}.{npu}contents", f"{ROLES[r]}.enable"),
+                f"{r}: {_NO_NPU_CONTENTS} add {ROLES[r]}.{npu}contents=[npu,cpu]",
+            )
     kl = (get("actor_rollout_ref.actor.use_kl_loss"), get("algorithm.use_kl_in_reward"))
     if "ref" in enabled and True not in kl and _SHELL not in kl:
         report(
@@ -502,108 +524,44 @@ def _check_job(seen: Dict[str, Tuple[int, str, _Value]], report: _JobReport) -> 
                 )
 
 
-def _csv_ints(text: str) -> List[int]:
-    try:
-        return [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} must be comma-separated ints") from None
-
-
-def _csv(text: str) -> List[str]:
-    return [part.strip() for part in text.split(",") if part.strip()]
-
-
 def verl_overrides_cli(argv: Sequence[str]) -> int:
-    """``verl-overrides``: print the overrides of :func:`verl_overrides`, one per line.
+    """``mstx-marks verl-overrides``: the command line lives in :mod:`mstx_marks.cli`."""
+    from .cli import main
 
-    Lines are shell-quoted for a launch script (``--raw`` prints the bare Hydra strings).
-    Returns 0, or 2 with the offending value and the rule on stderr.
-    """
-    ap = argparse.ArgumentParser(
-        prog="mstx-marks verl-overrides",
-        description="Print the Hydra overrides that profile chosen verl steps on NPU with MSTX.",
-    )
-    ap.add_argument("--steps", type=_csv_ints, required=True, help="e.g. 1,2,5 (from 1)")
-    ap.add_argument("--save-path", default="outputs/profile")
-    ap.add_argument(
-        "--roles",
-        type=_csv,
-        default=["actor", "ref", "rollout"],
-        help="comma-separated: " + ",".join(ROLES),
-    )
-    who = ap.add_mutually_exclusive_group()
-    who.add_argument("--ranks", type=_csv_ints, help="global ranks, e.g. 0,8 (default: rank 0)")
-    who.add_argument("--all-ranks", action="store_true")
-    ap.add_argument("--level", help=", ".join(LEVELS))
-    ap.add_argument("--contents", type=_csv, help=",".join(CONTENTS))
-    ap.add_argument("--discrete", action=argparse.BooleanOptionalAction, default=None)
-    ap.add_argument("--analysis", action=argparse.BooleanOptionalAction, default=None)
-    ap.add_argument("--token-window", type=_csv_ints, metavar="START,STOP")
-    ap.add_argument("--tool", default="npu")
-    ap.add_argument("--engine", help="rollout engine: " + ", ".join(ENGINES))
-    ap.add_argument("--continuous", action="store_true", help="profile_continuous_steps")
-    ap.add_argument("--raw", action="store_true", help="print Hydra strings without shell quoting")
-    try:
-        args = ap.parse_args(list(argv))
-    except SystemExit as exit_:
-        return int(exit_.code or 0)
-    window = None
-    if args.token_window is not None:
-        if len(args.token_window) != 2:
-            print(f"error: --token-window {args.token_window} must be START,STOP", file=sys.stderr)
-            return 2
-        window = (args.token_window[0], args.token_window[1])
-    try:
-        lines = verl_overrides(
-            steps=args.steps,
-            save_path=args.save_path,
-            roles=args.roles,
-            ranks=args.ranks,
-            all_ranks=args.all_ranks,
-            level=args.level,
-            contents=args.contents,
-            discrete=args.discrete,
-            analysis=args.analysis,
-            token_window=window,
-            tool=args.tool,
-            engine=args.engine,
-            continuous=args.continuous,
-        )
-    except (TypeError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    for line in lines:
-        print(line if args.raw else shlex.quote(line))
-    return 0
+    return main(["verl-overrides", *argv])
 
 
 def check_verl_cli(argv: Sequence[str]) -> int:
-    """``check-verl``: check launch scripts (paths, ``-`` for stdin) or ``key=value`` overrides.
+    """``mstx-marks check-verl``: the command line lives in :mod:`mstx_marks.cli`."""
+    from .cli import main
 
-    Prints one problem a line; returns 0 when there is none, 1 when there are, 2 on bad usage.
-    """
-    ap = argparse.ArgumentParser(
-        prog="mstx-marks check-verl",
-        description="Check verl profiler overrides in launch scripts or given as key=value.",
-    )
-    ap.add_argument("inputs", nargs="+", help="launch script paths, '-' for stdin, or key=value")
-    try:
-        args = ap.parse_args(list(argv))
-    except SystemExit as exit_:
-        return int(exit_.code or 0)
-    overrides = [a for a in args.inputs if _KEY.match(a) or _DELETE.match(a)]
-    found = 0
-    for source in (a for a in args.inputs if a not in overrides):
+    return main(["check-verl", *argv])
+
+
+def check_verl_inputs(inputs: Sequence[str]) -> int:
+    """Check launch scripts (paths, ``-`` for stdin) and ``key=value`` overrides; print one
+    problem a line, or one line saying what was checked when all is well. Returns 0 when there
+    is no problem, 1 when there are, 2 when an input cannot be read."""
+    overrides = [a for a in inputs if _KEY.match(a) or _DELETE.match(a)]
+    found = checked = 0
+    for source in (a for a in inputs if a not in overrides):
         try:
             text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
         except OSError as err:
             print(f"error: cannot read {source!r}: {err}", file=sys.stderr)
             return 2
+        checked += len(_script_overrides(text))
         for problem in check_verl_overrides(text):
             print(f"{source}:{problem}")
             found += 1
     if overrides:
+        checked += len(overrides)
         for problem in check_verl_overrides(overrides):
             print(problem)
             found += 1
+    if not found:
+        if checked:
+            print(f"ok: {checked} verl override(s) checked, no problem found")
+        else:
+            print("ok: no verl profiler override found (nothing to check)")
     return 1 if found else 0

@@ -1,4 +1,4 @@
-"""``python -m mstx_marks``: dispatch, usage errors, and a closed pipe."""
+"""``mstx-marks`` / ``python -m mstx_marks``: dispatch, usage errors, help, and a closed pipe."""
 
 from __future__ import annotations
 
@@ -20,17 +20,44 @@ def test_help_lists_every_command(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_no_command_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert main([]) == 2
-    assert "usage: python -m mstx_marks COMMAND" in capsys.readouterr().out
+    assert "usage: mstx-marks" in capsys.readouterr().err
 
 
 def test_unknown_command_names_it(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["phasez"]) == 2
-    assert "unknown command 'phasez'" in capsys.readouterr().err
+    assert "invalid choice: 'phasez'" in capsys.readouterr().err
 
 
 def test_dispatches_to_the_command(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["phases"]) == 0
-    assert capsys.readouterr().out.split()[:4] == ["name", "domain", "framework", "aliases"]
+    assert capsys.readouterr().out.split()[:3] == ["name", "domain", "emitted"]
+
+
+def test_version_and_one_prog(capsys: pytest.CaptureFixture[str]) -> None:
+    import mstx_marks
+
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"mstx-marks {mstx_marks.__version__}"
+    for name in COMMANDS:
+        assert main([name, "--help"]) == 0
+        assert capsys.readouterr().out.startswith(f"usage: mstx-marks {name}")
+
+
+def test_every_option_has_help_text() -> None:
+    from mstx_marks.cli import _parser
+
+    parser = _parser()
+    sub = next(a for a in parser._actions if a.dest == "command")
+    for name, command in sub.choices.items():  # type: ignore[union-attr]
+        for action in command._actions:
+            if action.dest != "help":
+                assert action.help, f"{name} {action.option_strings or action.dest} has no help"
+
+
+def test_import_mstx_marks_imports_no_argparse_or_difflib() -> None:
+    code = "import sys, mstx_marks; print(sorted({'argparse', 'difflib'} & set(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
 
 
 def test_a_closed_pipe_ends_quietly() -> None:

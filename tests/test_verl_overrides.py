@@ -109,11 +109,12 @@ def valid_args(draw: st.DrawFn) -> dict[str, Any]:
         "save_path": draw(st.sampled_from(["outputs/profile", "/tmp/a b/prof", "/x:y,z/p@1"])),
         "roles": roles,
         "level": draw(st.sampled_from([None, "level_none", "level0", "level1", "level2"])),
+        # From verl 0.9.1 only a list with "npu" collects MSTX: verl_overrides insists on it.
         "contents": draw(
             st.none()
             | st.lists(
-                st.sampled_from(["npu", "cpu", "memory", "shapes", "module", "stack"]), unique=True
-            )
+                st.sampled_from(["cpu", "memory", "shapes", "module", "stack"]), unique=True
+            ).map(lambda rest: ["npu", *rest])
         ),
         "analysis": draw(st.sampled_from([None, True, False])),
     }
@@ -164,8 +165,7 @@ def test_every_override_is_accepted_by_verl_and_means_what_was_asked(
             assert prof.ranks == (
                 sorted(set(args["ranks"]), key=args["ranks"].index) if args["ranks"] else []
             )
-        if args["contents"] is not None:
-            assert npu.contents == args["contents"]
+        assert npu.contents == (args["contents"] or ["npu", "cpu"])
         vllm_rollout = role == "rollout" and args.get("engine") == "vllm"
         if args["level"] is not None and not vllm_rollout:
             assert npu.level == args["level"]
@@ -212,7 +212,8 @@ def test_verl_itself_lets_these_through_silently(verl: Any) -> None:
             ValueError,
             "vLLM",
         ),
-        ({"steps": [1], "engine": "sglang", "contents": ["memory"]}, ValueError, "SGLang"),
+        ({"steps": [1], "engine": "sglang", "contents": ["npu", "memory"]}, ValueError, "SGLang"),
+        ({"steps": [1], "contents": ["cpu"]}, ValueError, "no MSTX range is collected"),
         ({"steps": [1], "tool": "nps"}, ValueError, "silently disables"),
         ({"steps": [1], "tool": "torch"}, ValueError, "tool_config.npu"),
         ({"steps": [1], "discrete": "yes"}, TypeError, "True or False"),
@@ -309,6 +310,23 @@ def test_check_reports_each_problem_with_its_line() -> None:
             "continuous",
         ),
         (["critic.profiler.tool_config.npu.contents=[gpu]"], "contents"),
+        (
+            [
+                "global_profiler.tool=npu",
+                "global_profiler.steps=[1]",
+                "critic.profiler.enable=True",
+                "critic.profiler.tool_config.npu.contents=[cpu]",
+            ],
+            "no MSTX range is collected",
+        ),
+        (  # no contents override: verl 0.9.1's default [] collects no MSTX either
+            [
+                "global_profiler.tool=npu",
+                "global_profiler.steps=[1]",
+                "critic.profiler.enable=True",
+            ],
+            "add critic.profiler.tool_config.npu.contents=[npu,cpu]",
+        ),
         (["critic.profiler.tool_config.npu.level=3"], "level"),
         (["global_profiler.stepz=[1]"], "unknown"),
     ],

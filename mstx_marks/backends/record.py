@@ -24,7 +24,7 @@ from time import time_ns
 from ..records import InstantRecord, RangeRecord, Record
 from .base import Backend, Emitter
 
-__all__ = ["Recorder", "default_recorder"]
+__all__ = ["DrainCursor", "Recorder", "default_recorder"]
 
 _SHIFT = 16
 _CHUNK = 1 << _SHIFT
@@ -75,6 +75,7 @@ class Recorder(Backend):
         self._names: list[tuple[str, str]] = [("", "")]
         self._dropped = 0
         self._pid = os.getpid()
+        self.generation = getattr(self, "generation", 0) + 1
 
     def clear(self) -> None:
         """Forget everything recorded so far."""
@@ -143,6 +144,57 @@ class Recorder(Backend):
     def emitter(self, stream: object) -> Emitter:
         return Emitter(self, self.range_start, self.range_end, self.mark)
 
+    def drain(self, cursor: DrainCursor) -> list[Record]:
+        """The events completed since ``cursor`` last looked (ranges that ended, instants), and
+        advance it: what the flight recorder's spill thread appends. Ranges still open are kept
+        in the cursor and come out once they end. Costs O(new slots + open ranges)."""
+        if cursor.generation != self.generation:  # cleared (or forked) since: start over
+            cursor.reset(self.generation)
+        out: list[Record] = []
+        names, pid = self._names, self._pid
+        still_open = []
+        for i in cursor.open:
+            chunk, off = i >> _SHIFT, i & _MASK
+            end = self._ends[chunk][off]
+            if end == _OPEN:
+                still_open.append(i)
+            else:
+                name, domain = names[self._keys[chunk][off]]
+                start, tid = self._starts[chunk][off], self._tids[chunk][off]
+                out.append(RangeRecord(name, domain, start, end, tid, pid))
+        i = cursor.next
+        while (chunk := i >> _SHIFT) < len(self._starts):
+            off = i & _MASK
+            key = self._keys[chunk][off]
+            if not key:  # not written yet (or the end of what was recorded): next time
+                break
+            end = self._ends[chunk][off]
+            if end == _OPEN:
+                still_open.append(i)
+            else:
+                name, domain = names[key]
+                start, tid = self._starts[chunk][off], self._tids[chunk][off]
+                if end == _INSTANT:
+                    out.append(InstantRecord(name, domain, start, tid, pid))
+                else:
+                    out.append(RangeRecord(name, domain, start, end, tid, pid))
+            i += 1
+        cursor.next, cursor.open = i, still_open
+        return out
+
+    def open_ranges(self, cursor: DrainCursor) -> list[RangeRecord]:
+        """The ranges ``cursor`` holds as still open, ended now and flagged ``open``."""
+        if cursor.generation != self.generation:
+            return []
+        now, out = time_ns(), []
+        for i in cursor.open:
+            chunk, off = i >> _SHIFT, i & _MASK
+            if self._ends[chunk][off] == _OPEN:
+                name, domain = self._names[self._keys[chunk][off]]
+                start, tid = self._starts[chunk][off], self._tids[chunk][off]
+                out.append(RangeRecord(name, domain, start, max(now, start), tid, self._pid, True))
+        return out
+
     def __len__(self) -> int:
         return sum(1 for keys in self._keys for k in keys if k)
 
@@ -165,6 +217,19 @@ class Recorder(Backend):
         return out
 
 
+class DrainCursor:
+    """Where :meth:`Recorder.drain` stopped: the next slot to look at, and the open ranges."""
+
+    __slots__ = ("generation", "next", "open")
+
+    def __init__(self) -> None:
+        self.reset(0)
+
+    def reset(self, generation: int) -> None:
+        self.generation, self.next = generation, 0
+        self.open: list[int] = []
+
+
 def _clear_if_alive(ref: weakref.ref[Recorder]) -> None:
     recorder = ref()
     if recorder is not None:
@@ -184,6 +249,7 @@ def default_recorder() -> Recorder:
     if _default is None:
         with _default_lock:
             if _default is None:
-                raw = os.environ.get("MSTX_MARKS_RECORD_CAPACITY", "")
-                _default = Recorder(int(raw) if raw.isdigit() and int(raw) > 0 else 1_000_000)
+                from .. import env
+
+                _default = Recorder(env.positive_int(env.RECORD_CAPACITY, 1_000_000))
     return _default

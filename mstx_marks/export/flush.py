@@ -36,23 +36,29 @@ __all__ = ["chrome_trace_path", "export_rank", "flush_at_exit"]
 _SignalHandler = Callable[[int, "FrameType | None"], object]
 
 
-def chrome_trace_path(out_dir: str | Path, rank: int) -> Path:
-    """Where :func:`export_rank` puts a rank's Chrome trace: ``out_dir/chrome/rankN.trace.json``."""
-    return Path(out_dir) / "chrome" / f"rank{rank}.trace.json"
+def chrome_trace_path(out_dir: str | Path, rank: int, process: str = "") -> Path:
+    """Where :func:`export_rank` puts a rank's Chrome trace: ``out_dir/chrome/rankN.trace.json``,
+    or ``rankN-PROCESS.trace.json`` when several processes of a job may share a rank."""
+    tag = f"-{process}" if process else ""
+    return Path(out_dir) / "chrome" / f"rank{rank}{tag}.trace.json"
 
 
 def export_rank(
-    out_dir: str | Path, trace: RankTrace, db_path: str | Path | None = None
+    out_dir: str | Path,
+    trace: RankTrace,
+    db_path: str | Path | None = None,
+    process: str = "",
 ) -> list[Path]:
     """Write ``trace`` as a Chrome trace and as an Ascend database under ``out_dir``.
 
     The database goes to ``db_path`` if given, else to a new :func:`ascend_db_path` under
-    ``out_dir/ascend``. Returns the two paths written.
+    ``out_dir/ascend``; ``process`` tells apart the Chrome traces of processes sharing a rank.
+    Returns the two paths written.
     """
     if db_path is None:
         db_path = ascend_db_path(Path(out_dir) / "ascend", trace.rank)
     return [
-        write_chrome_trace(chrome_trace_path(out_dir, trace.rank), [trace]),
+        write_chrome_trace(chrome_trace_path(out_dir, trace.rank, process), [trace]),
         write_ascend_db(db_path, trace),
     ]
 
