@@ -1,0 +1,290 @@
+"""Presets on stand-ins of the frameworks' modules (the real engines run in test_engine_*.py):
+each stand-in below copies the shape of the real code it names (file:line in the docstrings of
+mstx_marks/presets/), which is all a preset touches."""
+
+from __future__ import annotations
+
+import functools
+import sys
+import textwrap
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import mstx_marks
+from mstx_marks import presets
+from mstx_marks.activate import parse_instrument, parse_samples
+from mstx_marks.presets import Options
+from mstx_marks.presets.verl import inside_annotation
+from mstx_marks.presets.vllm import batch_kind
+
+# --- a stand-in of verl 0.9.1's decorators (verl/utils/profiler/profile.py:333-379 and
+# single_controller/base/decorator.py:398-443): register(DistProfiler.annotate(f)) ------------
+
+MAGIC_ATTR = "attrs_3141562937"
+
+
+class DistProfiler:
+    @classmethod
+    def annotate(cls, message: str | None = None, **kwargs_outer: Any) -> Any:
+        def decorator(func: Any) -> Any:
+            @functools.wraps(func)
+            def wrapper(self_instance: Any, *args: Any, **kwargs_inner: Any) -> Any:
+                log = self_instance.log
+                profiler = self_instance.profiler
+                if not profiler.active:
+                    return func(self_instance, *args, **kwargs_inner)
+                if profiler.discrete:
+                    log.append("verl profiler start")
+                log.append(f"verl range {kwargs_outer['role']}")
+                result = func(self_instance, *args, **kwargs_inner)
+                log.append("verl range end")
+                if profiler.discrete:
+                    log.append("verl profiler stop")
+                return result
+
+            return wrapper
+
+        return decorator
+
+
+def register(func: Any) -> Any:
+    @functools.wraps(func)
+    def inner(*args: Any, **kwargs: Any) -> Any:
+        return func(*args, **kwargs)
+
+    setattr(inner, MAGIC_ATTR, {"dispatch_mode": "nd"})
+    return inner
+
+
+class Profiler:
+    def __init__(self, active: bool, discrete: bool) -> None:
+        self.active, self.discrete = active, discrete
+        self._impl = self
+
+    def check_enable(self) -> bool:
+        return self.active
+
+    check_this_step = check_this_rank = check_enable
+
+    def annotate(self) -> None:  # verl's impls have one; _verl_emits_its_own looks for it
+        pass
+
+
+class Worker:
+    def __init__(self, profiler: Profiler) -> None:
+        self.profiler, self.log = profiler, []
+
+    @register
+    @DistProfiler.annotate(role="actor_compute_log_prob")
+    def compute_log_prob(self, batch: int) -> int:
+        self.log.append("stage")
+        return batch * 2
+
+
+class Logging(mstx_marks.backends.Backend):
+    """Appends our range starts and ends to the worker's log: one order for both."""
+
+    name = "logging"
+
+    def __init__(self, log: list[str]) -> None:
+        self.log = log
+
+    def emitter(self, stream: object) -> mstx_marks.backends.Emitter:
+        def start(name: str, domain: str) -> int:
+            self.log.append(f"ours {name}")
+            return 1
+
+        def end(handle: int, domain: str) -> None:
+            self.log.append("ours end")
+
+        return mstx_marks.backends.Emitter(self, start, end, lambda n, d: None)
+
+
+def _patched_worker(profiler: Profiler, duplicate: bool = False) -> tuple[Worker, Any]:
+    target = presets.Target(
+        "verl", __name__, "Worker.compute_log_prob", "compute_log_prob", "0.9.1",
+        inside_annotation,
+    )  # fmt: skip
+    before = Worker.__dict__["compute_log_prob"]
+    handle = inside_annotation(
+        Worker, "compute_log_prob", target, Options(duplicate_verl=duplicate)
+    )
+    w = Worker(profiler)
+    mstx_marks.configure(backend=Logging(w.log))
+    assert Worker.__dict__["compute_log_prob"] is before  # the class attribute is untouched
+    return w, handle
+
+
+def test_discrete_mode_our_range_is_inside_verls_profiler_window() -> None:
+    w, handle = _patched_worker(Profiler(active=True, discrete=True))
+    try:
+        assert w.compute_log_prob(21) == 42
+        assert w.log == [
+            "verl profiler start",
+            "verl range actor_compute_log_prob",
+            "ours compute_log_prob",
+            "stage",
+            "ours end",
+            "verl range end",
+            "verl profiler stop",
+        ]
+        assert getattr(Worker.compute_log_prob, MAGIC_ATTR) == {"dispatch_mode": "nd"}
+    finally:
+        handle.undo()
+    w.log.clear()
+    w.compute_log_prob(1)
+    assert "ours compute_log_prob" not in w.log  # undo put the stage back
+
+
+@pytest.mark.parametrize(("duplicate", "ours"), [(False, 0), (True, 1)])
+def test_continuous_mode_no_duplicate_unless_asked(duplicate: bool, ours: int) -> None:
+    w, handle = _patched_worker(Profiler(active=True, discrete=False), duplicate)
+    with handle:
+        w.compute_log_prob(1)
+    assert w.log.count("ours compute_log_prob") == ours
+    assert w.log.count("verl range actor_compute_log_prob") == 1
+
+
+def test_profiler_off_ours_is_the_only_range() -> None:
+    w, handle = _patched_worker(Profiler(active=False, discrete=False))
+    with handle:
+        w.compute_log_prob(1)
+    assert w.log == ["ours compute_log_prob", "stage", "ours end"]
+
+
+# --- vLLM's SchedulerOutput (vllm/v1/core/sched/output.py) and rule (v1/utils.py:835) ---------
+
+
+class Cached:
+    def __init__(self, context: set[str]) -> None:
+        self.context = context
+
+    def is_context_phase(self, req_id: str) -> bool:
+        return req_id in self.context
+
+
+class New:
+    def __init__(self, req_id: str) -> None:
+        self.req_id = req_id
+
+
+def _output(tokens: dict[str, int], new: list[str] = (), context: set[str] = frozenset()) -> Any:  # type: ignore[assignment]
+    out = type("SchedulerOutput", (), {})()
+    out.total_num_scheduled_tokens = sum(tokens.values())
+    out.num_scheduled_tokens = tokens
+    out.scheduled_new_reqs = [New(r) for r in new]
+    out.scheduled_cached_reqs = Cached(set(context))
+    return out
+
+
+@pytest.mark.parametrize(
+    ("output", "kind"),
+    [
+        (_output({"a": 7}, new=["a"]), "prefill_batch"),
+        (_output({"a": 1, "b": 1}), "decode_batch"),
+        (_output({"a": 7, "b": 1}, new=["a"]), "mixed_batch"),
+        (_output({"a": 16}, context={"a"}), "prefill_batch"),  # a chunked prefill's next chunk
+        (_output({}), None),
+    ],
+)
+def test_batch_kind_follows_vllms_rule(output: Any, kind: str | None) -> None:
+    assert batch_kind(output) == kind
+
+
+# --- arming, activation, and saying so when nothing was patched ------------------------------
+
+
+@pytest.fixture
+def fake_vllm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A stand-in ``vllm`` package with the two modules the preset patches."""
+    core = tmp_path / "vllm" / "v1" / "engine"
+    worker = tmp_path / "vllm" / "v1" / "worker"
+    core.mkdir(parents=True)
+    worker.mkdir(parents=True)
+    for d in (tmp_path / "vllm", tmp_path / "vllm" / "v1", core, worker):
+        (d / "__init__.py").write_text("")
+    (core / "core.py").write_text(
+        textwrap.dedent(
+            """
+            class Scheduler:
+                def __init__(self, pending):
+                    self.pending = pending
+                def has_requests(self):
+                    return self.pending > 0
+
+            class EngineCore:
+                def __init__(self, pending):
+                    self.scheduler = Scheduler(pending)
+                def step(self):
+                    if not self.scheduler.has_requests():
+                        return {}, False
+                    self.scheduler.pending -= 1
+                    return {0: "out"}, True
+            """
+        )
+    )
+    (worker / "gpu_worker.py").write_text("class Worker:\n    pass\n")  # no execute_model
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield tmp_path
+    for name in [m for m in sys.modules if m == "vllm" or m.startswith("vllm.")]:
+        del sys.modules[name]
+
+
+def test_armed_preset_patches_at_import_and_skips_idle_polls(
+    fake_vllm: Path, recorder: mstx_marks.Recorder
+) -> None:
+    presets.arm("vllm", Options(phase_samples=parse_samples("vllm_one_step=every(2)")))
+    from vllm.v1.engine.core import EngineCore  # type: ignore[import-not-found]
+
+    engine = EngineCore(pending=4)
+    results = [engine.step() for _ in range(6)]  # 4 steps with requests, then 2 idle polls
+    assert [r[1] for r in results] == [True] * 4 + [False] * 2
+    steps = [r for r in recorder.records() if r.name == "vllm_one_step"]
+    assert len(steps) == 2  # every(2) of the 4 real steps; idle polls are no step
+    assert {r.domain for r in steps} == {"vllm_one_step"}
+
+
+def test_a_module_with_none_of_its_targets_says_so_once(fake_vllm: Path) -> None:
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        presets.arm("vllm")
+        import vllm.v1.worker.gpu_worker  # type: ignore[import-not-found]  # noqa: F401
+    ours = [str(x.message) for x in w if x.category is mstx_marks.MstxMarksWarning]
+    assert len(ours) == 1
+    assert "vllm.v1.worker.gpu_worker has none of Worker.execute_model" in ours[0]
+
+
+def test_apply_reports_what_it_could_not_import() -> None:
+    report = presets.apply("sglang")
+    assert report.patched == ()
+    ((label, why),) = report.skipped
+    assert label == "sglang.srt.model_executor.model_runner:ModelRunner.forward"
+    assert "ModuleNotFoundError" in why
+
+
+def test_bad_activation_text_warns_and_the_rest_applies() -> None:
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        assert parse_instrument("verl,bogus, vllm") == ("verl", "vllm")
+        samples = parse_samples("gen=every(2);oops;decode=window(5,1)")
+    assert sorted(samples) == ["generate_sequences"]
+    messages = [str(x.message) for x in w]
+    assert len(messages) == 3
+    assert "MSTX_MARKS_INSTRUMENT='verl,bogus, vllm'" in messages[0]
+    assert "'oops'" in messages[1] and "PHASE=POLICY" in messages[1]
+    assert "window(5,1)" in messages[2] and "stop must be > start" in messages[2]
+
+
+@pytest.fixture(autouse=True)
+def _disarm() -> Iterator[None]:
+    armed = dict(presets._armed)
+    yield
+    presets._armed.clear()
+    presets._armed.update(armed)
+    from mstx_marks import import_hooks
+
+    import_hooks._pending.clear()
