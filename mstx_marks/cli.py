@@ -190,6 +190,32 @@ def _run(args: argparse.Namespace) -> int:
     return code
 
 
+def _coverage_args(p: argparse.ArgumentParser) -> None:
+    from .coverage import EXPECTATIONS
+
+    p.add_argument("path", help="a folder of traces (MSTX_MARKS_OUT, the demo's, a capture)")
+    p.add_argument(
+        "--expect",
+        default="verl-grpo",
+        help="expected phases: " + ", ".join(EXPECTATIONS) + ", a comma list, or a+b mixes",
+    )
+
+
+def _coverage(args: argparse.Namespace) -> int:
+    from .coverage import check_coverage, expected_phases
+    from .summary import load_traces
+
+    expected = expected_phases(args.expect)
+    traces, errors, _ = load_traces(args.path)
+    for error in errors:
+        print(f"error: {error}", file=sys.stderr)
+    if not traces:
+        return 2
+    report = check_coverage(traces, expected)
+    print("\n".join(report.lines()))
+    return 1 if report.missing else 0
+
+
 def _passthrough_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("args", nargs=argparse.REMAINDER, help="the command's own options")
 
@@ -214,6 +240,7 @@ COMMANDS: dict[str, Command] = {
     "summary": (_passthrough_args, _summary, "per-phase summary of traces (--svg, --csv, --json)"),
     "run": (_run_args, _run, "run a command with every Python process under it activated"),
     "recipes": (_recipes_args, _recipes, "list the profiler capture recipes"),
+    "coverage": (_coverage_args, _coverage, "list expected phases a run never emitted"),
     "phases": (_phases_args, _phases, "print the registry of standard RL phases"),
     "verl-overrides": (_verl_overrides_args, _verl_overrides, "print verl profiler overrides"),
     "check-verl": (_check_verl_args, _check_verl, "check verl profiler overrides"),
