@@ -1,0 +1,136 @@
+"""flush_at_exit: a process's recording written at exit and on SIGTERM/SIGINT; asking for files
+means recording; an empty recording says why and never replaces one that held ranges."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+import mstx_marks
+from mstx_marks.backends.record import Recorder
+from mstx_marks.export import flush_at_exit, read_ascend_db, read_chrome_trace
+
+_STOPPED_WORKER = """
+import sys, time
+from mstx_marks.backends.record import default_recorder
+from mstx_marks.export import flush_at_exit
+rec = default_recorder()
+flush_at_exit(sys.argv[1], rank=4)
+for _ in range(3):
+    rec.range_end(rec.range_start("update_actor", "default"), "default")
+rec.range_start("never_ended", "default")
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_stopped_worker_loses_nothing_it_recorded(tmp_path: Path, signum: int) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _STOPPED_WORKER, str(tmp_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+    proc.send_signal(signum)
+    proc.wait(timeout=30)
+    # The handler that was there before still runs: SIGTERM kills, SIGINT raises
+    # KeyboardInterrupt (and Python then exits by SIGINT too).
+    assert proc.returncode == -signum
+    assert proc.stderr is not None
+    assert ("KeyboardInterrupt" in proc.stderr.read()) == (signum == signal.SIGINT)
+    (db,) = tmp_path.glob("ascend/*/ASCEND_PROFILER_OUTPUT/ascend_pytorch_profiler_4.db")
+    # The range still open at the signal is exported too, ended at the flush.
+    assert [r.name for r in read_ascend_db(db).ranges] == ["update_actor"] * 3 + ["never_ended"]
+    assert [p.name for p in (tmp_path / "chrome").iterdir()] == ["rank4.trace.json"]
+
+
+_SIGNALLED_DURING_FLUSH = """
+import os, signal, sys
+from mstx_marks.backends.record import Recorder
+from mstx_marks.export import flush_at_exit
+
+class SignalledMidFlush(Recorder):
+    sent = False
+
+    def records(self):
+        if not self.sent:  # SIGTERM lands while the explicit flush below holds its lock
+            self.sent = True
+            os.kill(os.getpid(), signal.SIGTERM)
+        return super().records()
+
+rec = SignalledMidFlush()
+rec.range_end(rec.range_start("update_actor", "default"), "default")
+flush = flush_at_exit(sys.argv[1], rank=0, recorder=rec, signals=(signal.SIGTERM,))
+flush()
+print("survived SIGTERM", flush=True)
+"""
+
+
+def test_a_signal_during_a_flush_neither_hangs_nor_loses_the_recording(tmp_path: Path) -> None:
+    # The handler flushes again from inside the interrupted flush, on the same thread: with a
+    # plain lock it waited on itself forever (the timeout only turns that hang into a failure).
+    proc = subprocess.run(
+        [sys.executable, "-c", _SIGNALLED_DURING_FLUSH, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == -signal.SIGTERM, proc.stderr
+    (db,) = tmp_path.glob("ascend/*/ASCEND_PROFILER_OUTPUT/ascend_pytorch_profiler_0.db")
+    assert [r.name for r in read_ascend_db(db).ranges] == ["update_actor"]
+
+
+def test_asking_for_files_means_recording(tmp_path: Path) -> None:
+    """On CPU the default backend records nothing; flush_at_exit must turn recording on."""
+    flush = flush_at_exit(tmp_path, rank=0, signals=())
+    assert mstx_marks.recording()
+    with mstx_marks.mark("step"):
+        pass
+    chrome, db = flush()
+    assert [r.name for r in read_ascend_db(db).ranges] == ["step"]
+    assert [r.name for r in read_chrome_trace(chrome)[0].ranges] == ["step"]
+
+
+def test_an_empty_recording_says_why_and_keeps_what_was_written(tmp_path: Path) -> None:
+    rec = Recorder()
+    flush = flush_at_exit(tmp_path, rank=0, recorder=rec, signals=())
+    rec.range_end(rec.range_start("step", "default"), "default")
+    written = flush()
+    rec.clear()
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        again = flush()
+    assert again == written
+    assert [r.name for r in read_ascend_db(written[1]).ranges] == ["step"]  # not replaced
+    assert len(w) == 1 and "rank 0 recorded no ranges" in str(w[0].message)
+
+
+def test_an_empty_recording_names_the_reason(tmp_path: Path) -> None:
+    mstx_marks.configure(enabled=False)
+    flush = flush_at_exit(tmp_path, rank=0, signals=())
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        flush()
+    assert "ranges are disabled" in str(w[0].message)
+
+
+def test_the_rank_comes_from_torch_distributed_when_rank_is_unset(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import types
+
+    fake = types.SimpleNamespace(is_available=lambda: True, is_initialized=lambda: True,
+                                 get_rank=lambda: 5)  # fmt: skip
+    monkeypatch.setitem(sys.modules, "torch.distributed", fake)  # a stand-in: no process group
+    flush = flush_at_exit(tmp_path, signals=())
+    with mstx_marks.mark("step"):
+        pass
+    chrome, db = flush()
+    assert chrome.name == "rank5.trace.json" and read_ascend_db(db).rank == 5
