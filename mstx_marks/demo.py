@@ -8,6 +8,11 @@ a real backward pass and a gradient all-reduce. Ranges go through :func:`mstx_ma
 registry's phases. With no NPU or GPU they are recorded (``backend="record"``); on an NPU they are
 also emitted as MSTX, on CUDA as NVTX, and recorded too, so the output files always exist.
 
+Before the ranks start together (a barrier), each one runs an unrecorded warm-up step on a
+throwaway copy of the model: torch's lazy imports and first-call set-up (seconds, and not the
+same on every rank) would otherwise land in step 1 of one rank and make a symmetric job look
+unbalanced. Each rank prints a line when it is ready and one per step.
+
 Under ``--out`` (default ``demo-out``) the demo writes ``trace.json`` (all ranks, for Perfetto),
 ``chrome/rankN.trace.json``, ``ascend/<worker>_<ms>_ascend_pt/...`` (for msprof-analyze) and
 ``timeline.svg``, then prints the summary table.

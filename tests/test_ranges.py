@@ -971,3 +971,24 @@ def test_a_backend_saying_not_recorded_with_none_keeps_entries_paired() -> None:
     calls.append(("first entry left", None))
     next(flow, None)
     assert calls == [("start", None), ("start", 7), ("first entry left", None), ("end", 7)]
+
+
+# --- the timing bridge (verl's marked_timer has no finally) ------------------------------------
+
+
+def test_timing_adds_the_seconds_and_the_range_even_when_the_block_raises(
+    recorder: mstx_marks.Recorder,
+) -> None:
+    from mstx_marks.verl import marked_timer
+
+    timing_raw = {"gen": 1.0}
+    with pytest.raises(ZeroDivisionError):
+        with mark("gen", timing=timing_raw):
+            1 / 0  # noqa: B018
+    assert timing_raw["gen"] > 1.0  # accumulated, as verl's timer does
+    with marked_timer("update_actor", timing_raw, color="red"):
+        pass
+    assert set(timing_raw) == {"gen", "update_actor"}
+    ranges = [r for r in recorder.records() if r.kind == "range"]
+    assert [r.name for r in ranges] == ["gen", "update_actor"]
+    assert all(not r.open for r in ranges)  # both ended, the raising one included

@@ -3,6 +3,8 @@ from __future__ import annotations
 import json
 import os
 import statistics
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -10,7 +12,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from support.recorded import T0, rng, synthetic_rank
 
-from mstx_marks.export import RankTrace, export_rank, write_ascend_db, write_chrome_trace
+from mstx_marks.export import (
+    RankTrace,
+    chrome_trace_path,
+    export_rank,
+    write_ascend_db,
+    write_chrome_trace,
+)
 from mstx_marks.records import RangeRecord
 from mstx_marks.summary import fold_name, load_traces, summarize, summary_cli
 
@@ -66,7 +74,7 @@ def test_tree_of_ranks_prefers_databases_and_reports_bad_files(tmp_path: Path) -
     traces, errors, notes = load_traces(tmp_path)
     assert [t.rank for t in traces] == [0, 1, 2]
     assert all(t.source is not None and t.source.suffix == ".db" for t in traces)
-    assert len(notes) == 3
+    assert notes == []  # each Chrome trace holds what its database holds: nothing to say
     assert sorted(Path(e.split(": ")[0]).name for e in errors) == [
         "ascend_pytorch_profiler_9.db",
         "cut.trace.json",
@@ -121,3 +129,72 @@ def test_cli_table_csv_json_and_exit_codes(
     assert "no traces found" in capsys.readouterr().err
     assert summary_cli([os.fspath(tmp_path / "missing")]) == 1
     assert "no such file" in capsys.readouterr().err
+
+
+def _notes(err: str) -> list[str]:
+    return [line for line in err.splitlines() if line.startswith("note:")]
+
+
+def test_a_rank_in_a_database_and_an_equal_chrome_trace_needs_no_note(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for rank in range(2):
+        export_rank(tmp_path, synthetic_rank(rank))  # the database and the Chrome trace agree
+    write_chrome_trace(tmp_path / "trace.json", [synthetic_rank(0), synthetic_rank(1)])
+    assert summary_cli([str(tmp_path)]) == 0
+    out, err = capsys.readouterr()
+    assert "2 rank(s)" in out and _notes(err) == []
+
+
+def test_ranks_whose_files_disagree_get_one_note_in_all(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for rank in range(3):
+        export_rank(tmp_path, synthetic_rank(rank, steps=3))
+    for rank in (0, 2):  # these two ranks' Chrome traces now hold one more step
+        write_chrome_trace(chrome_trace_path(tmp_path, rank), [synthetic_rank(rank, steps=4)])
+    assert summary_cli([str(tmp_path), "--json"]) == 0
+    out, err = capsys.readouterr()
+    (note,) = _notes(err)
+    assert "2 ranks (0, 2)" in note and "using the databases" in note
+    assert "rank 1" not in note and "1," not in note
+    ranks = json.loads(out)["ranks"]
+    assert all(ranks[r]["source"].endswith(".db") and ranks[r]["steps"] == 3 for r in ranks)
+
+    # Two Chrome traces of one rank that disagree: the newest is used, and said once.
+    other = tmp_path / "other"
+    other.mkdir()
+    older, newer = other / "a.trace.json", other / "b.trace.json"
+    write_chrome_trace(older, [synthetic_rank(5, steps=2)])
+    write_chrome_trace(newer, [synthetic_rank(5, steps=1)])
+    os.utime(older, (1_000_000, 1_000_000))
+    traces, errors, notes = load_traces(other)
+    assert errors == [] and traces[0].source == newer and len(traces[0].with_steps().steps) == 1
+    assert len(notes) == 1 and "rank 5 is" in notes[0] and "newest" in notes[0]
+
+
+def test_svg_into_a_missing_folder_fails_first_and_creates_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    export_rank(tmp_path, synthetic_rank(0))
+    missing = tmp_path / "no" / "such"
+    assert summary_cli([str(tmp_path), "--svg", str(missing / "t.svg")]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""  # it stopped before reading or summarising anything
+    assert f"the folder {missing} does not exist" in err
+    assert not (tmp_path / "no").exists()
+
+    a_file = tmp_path / "plain.txt"
+    a_file.write_text("")
+    assert summary_cli([str(tmp_path), "--svg", str(a_file / "t.svg")]) == 2
+    assert f"the folder {a_file} is not a folder" in capsys.readouterr().err
+
+    # From the command line: exit code 2, one clear line, no traceback.
+    cmd = [sys.executable, "-m", "mstx_marks", "summary", str(tmp_path), "--svg"]
+    proc = subprocess.run([*cmd, str(missing / "t.svg")], capture_output=True, text=True)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert (
+        proc.stderr.strip()
+        == f"error: --svg {missing / 't.svg'}: the folder {missing} does not exist"
+    )
+    assert not (tmp_path / "no").exists()

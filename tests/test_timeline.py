@@ -1,14 +1,17 @@
 from __future__ import annotations
 
+import asyncio
 import shutil
 import subprocess
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from support.recorded import synthetic_rank
+from support.recorded import PID, T0, TID, rng, synthetic_rank
 
-from mstx_marks.timeline import render_svg, write_svg
+from mstx_marks.backends.record import Recorder
+from mstx_marks.records import RangeRecord, RankTrace
+from mstx_marks.timeline import MIN_BAR_PX, render_svg, write_svg
 
 SVG = "{http://www.w3.org/2000/svg}"
 
@@ -90,3 +93,100 @@ def test_names_xml_cannot_hold_still_give_well_formed_svg(tmp_path: Path) -> Non
     (bar,) = root.findall(f".//{SVG}rect[@data-name='gen\ufffd\ufffd[0m\ufffd']")
     assert bar.findtext(f"{SVG}title", "").startswith("gen\ufffd\ufffd[0m\ufffd (rank 0)")
     assert _parse(render_svg([trace], title="run\x00")).findtext(f"{SVG}text") == "run\ufffd"
+
+
+def _bars(root: ET.Element) -> dict[str, ET.Element]:
+    return {b.get("data-name", ""): b for b in root.iter(f"{SVG}rect") if b.get("class") == "range"}
+
+
+def _y(bar: ET.Element) -> float:
+    return float(bar.get("y", ""))
+
+
+def test_gathered_tasks_that_overlap_without_nesting_get_their_own_lanes() -> None:
+    # Two asyncio tasks on one thread: compute_score starts inside update_actor and ends after
+    # it. Laid out by nesting depth alone, both sat in one lane and one hid the other.
+    rec = Recorder()
+
+    async def task(name: str, seconds: float) -> None:
+        handle = rec.range_start(name, "default")
+        await asyncio.sleep(seconds)
+        rec.range_end(handle, "default")
+
+    async def step() -> None:
+        handle = rec.range_start("step", "default")
+        await asyncio.gather(task("update_actor", 0.02), task("compute_score", 0.04))
+        rec.range_end(handle, "default")
+
+    asyncio.run(step())
+    trace = RankTrace(0, rec.records())
+    by_name = {r.name: r for r in trace.ranges}
+    upd, score = by_name["update_actor"], by_name["compute_score"]
+    assert upd.thread == score.thread and upd.start_ns <= score.start_ns < upd.end_ns < score.end_ns
+    bars = _bars(_parse(render_svg([trace])))
+    assert _y(bars["step"]) < _y(bars["update_actor"]) < _y(bars["compute_score"])
+    # each bar is drawn where its time is, whatever its lane
+    assert float(bars["compute_score"].get("x", "")) >= float(bars["update_actor"].get("x", ""))
+
+
+def test_other_threads_get_tracks_of_their_own_and_every_lane_is_labelled() -> None:
+    trace = synthetic_rank(0, steps=1)
+    # a background thread whose range overlaps the whole step
+    trace.records.append(RangeRecord("weight_sync", "default", T0 + 100, T0 + 1200, TID + 1, PID))
+    root = _parse(render_svg([trace, synthetic_rank(1, steps=1)]))
+    (row0, row1) = root.findall(f"{SVG}g[@class='rank']")
+    bars = _bars(row0)
+    main = [b for b in row0.iter(f"{SVG}rect") if b.get("data-thread") == str(TID)]
+    assert len(main) == len(trace.ranges) - 1
+    assert _y(bars["weight_sync"]) > max(_y(b) for b in main)  # below all of thread TID
+    assert bars["weight_sync"].get("data-thread") == str(TID + 1)
+    lane_labels = row0.findall(f"{SVG}text[@class='lane-label']")
+    labels = {(t.get("data-thread"), t.get("data-lane")): t.text for t in lane_labels}
+    # thread TID: step, gen/update_actor, vllm_one_step; thread TID+1: one lane
+    assert labels == {
+        (str(TID), "0"): f"thread {TID}",
+        (str(TID), "1"): "lane 1",
+        (str(TID), "2"): "lane 2",
+        (str(TID + 1), "0"): f"thread {TID + 1}",
+    }
+    for label in lane_labels:  # each label sits on its lane's bars
+        lane_bars = [
+            b
+            for b in row0.findall(f"{SVG}rect[@class='range']")
+            if (b.get("data-thread"), b.get("data-lane"))
+            == (label.get("data-thread"), label.get("data-lane"))
+        ]
+        label_y = float(label.get("y", ""))
+        assert lane_bars and all(_y(b) < label_y < _y(b) + 16 for b in lane_bars)
+    rank_labels = [t.text for t in root.iter(f"{SVG}text") if t.get("class") == "rank-label"]
+    assert rank_labels == ["rank 0", "rank 1"]
+    # rank 1 has one thread: its first lane is labelled by the rank, the deeper ones by number
+    assert [t.text for t in row1.findall(f"{SVG}text[@class='lane-label']")] == ["lane 1", "lane 2"]
+
+
+def test_a_phase_far_shorter_than_a_pixel_is_still_drawn() -> None:
+    second = 10**9
+    recs = [rng("step", 0, second), rng("reward", second // 2, second // 2 + 1)]
+    bars = _bars(_parse(render_svg([RankTrace(0, recs)])))
+    assert MIN_BAR_PX >= 1
+    assert float(bars["reward"].get("width", "")) >= MIN_BAR_PX
+    assert float(bars["step"].get("width", "")) > 1000  # long ones keep their true width
+
+
+def test_open_ranges_are_drawn_apart_and_say_so() -> None:
+    recs = [rng("step", 0, 1000), rng("update_actor", 500, 1000, open=True)]
+    root = _parse(render_svg([RankTrace(0, recs)]))
+    bars = _bars(root)
+    assert bars["update_actor"].get("data-open") == "true" and bars["step"].get("data-open") is None
+    assert "open" in bars["update_actor"].findtext(f"{SVG}title", "")
+    assert "open" not in bars["step"].findtext(f"{SVG}title", "")
+    (hatch,) = root.findall(f"{SVG}g[@class='rank']/{SVG}rect[@class='open-hatch']")
+    geometry = ("x", "y", "width", "height")
+    assert [hatch.get(k) for k in geometry] == [bars["update_actor"].get(k) for k in geometry]
+    assert root.find(f".//{SVG}pattern[@id='open-hatch']") is not None
+    assert root.find(f".//{SVG}g[@class='legend-open']") is not None
+    closed = _parse(render_svg([RankTrace(0, recs[:1])]))
+    assert (
+        closed.find(f".//{SVG}pattern") is None
+        and closed.find(f".//{SVG}g[@class='legend-open']") is None
+    )

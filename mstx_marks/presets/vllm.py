@@ -6,7 +6,8 @@ multi-device runs) or in the EngineCore process. The preset therefore patches (c
 0.11 to 0.33; 0.32's CPU build run here):
 
 - ``vllm.v1.engine.core:EngineCore.step``: ``vllm_one_step`` (domain ``vllm_one_step``), once
-  per engine step that has requests (an idle poll returns at once and is not a step);
+  per engine step that runs the model (an idle poll returns at once, and the clean-up step after
+  the last request finished schedules no token: neither is a step);
 - ``vllm.v1.worker.gpu_worker:Worker.execute_model`` (``CPUWorker`` inherits it):
   ``prefill_batch``, ``decode_batch`` or ``mixed_batch`` (domain ``vllm``) by the step's batch,
   with vLLM's own rule (``vllm/v1/utils.py`` ``compute_iteration_details``: a request is in its
@@ -62,15 +63,30 @@ def batch_kind(scheduler_output: Any) -> str | None:
     return "prefill_batch" if context else "decode_batch"
 
 
+def _has_work(scheduler: Any) -> bool:
+    """Whether this engine step will run the model: some request is unfinished.
+
+    Not ``has_requests()``, which is also True for the clean-up step after the last request
+    finished (it schedules 0 tokens, and ``step`` returns ``model_executed=False``): that step
+    would be a ``vllm_one_step`` range with no forward pass in the worker, one more per
+    ``generate`` than there are model steps, and it would count in a sampling window."""
+    unfinished = getattr(scheduler, "has_unfinished_requests", None)
+    if unfinished is None:  # a scheduler without it: every step with requests is one
+        return bool(scheduler.has_requests())
+    return bool(unfinished())
+
+
 def engine_step(owner: Any, attr: str, target: Target, options: Options) -> Instrumented:
-    """``EngineCore.step`` as one range, skipping the idle polls that schedule nothing."""
+    """``EngineCore.step`` as one range per model step: the idle polls that find no request,
+    and the clean-up step after the last request finished (0 tokens scheduled), are not
+    marked and do not count for sampling."""
     site = options.site(target.phase, target.domain)
 
     def wrap(o: object, a: str, raw: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(raw)
         def step(self: Any, *args: Any, **kwargs: Any) -> Any:
             try:
-                idle = not self.scheduler.has_requests()
+                idle = not _has_work(self.scheduler)
             except Exception:
                 idle = False
             if idle:
