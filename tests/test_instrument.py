@@ -1,4 +1,4 @@
-"""instrument() and the framework presets: patch at run time, undo exactly, never wrap twice."""
+"""instrument(): patch at run time, undo exactly, never wrap twice (presets: test_presets.py)."""
 
 from __future__ import annotations
 
@@ -14,15 +14,8 @@ import pytest
 from support.threads import run_threads
 
 import mstx_marks
-from mstx_marks import first, instant, phases, window
-from mstx_marks.instrument import (
-    PRESETS,
-    Instrumented,
-    instrument,
-    instrument_sglang,
-    instrument_verl,
-    instrument_vllm,
-)
+from mstx_marks import first, phases
+from mstx_marks.instrument import Instrumented, instrument
 
 Snapshot = list[tuple[str, Any]]
 
@@ -58,57 +51,6 @@ def fake_module(monkeypatch: pytest.MonkeyPatch, dotted: str, **attrs: Any) -> t
 
 def names_of(rec: mstx_marks.Recorder) -> list[str]:
     return [r.name for r in rec.records() if r.kind == "range"]
-
-
-# --- the issue's acceptance test --------------------------------------------------------------
-
-
-class LLMEngine:
-    """Shaped like vLLM's engine: the caller loops on step() while requests are unfinished."""
-
-    def __init__(self, steps: int) -> None:
-        self.remaining = steps
-        self.done = 0
-
-    def has_unfinished_requests(self) -> bool:
-        return self.remaining > 0
-
-    def step(self) -> list[int]:
-        instant(f"decode{self.done}")
-        self.done += 1
-        self.remaining -= 1
-        return [self.done]
-
-
-def test_decode_steps_30_to_69_of_200_are_marked_and_undo_restores_the_class(
-    monkeypatch: pytest.MonkeyPatch, recorder: mstx_marks.Recorder
-) -> None:
-    for path in ("vllm.v1.engine.llm_engine", "vllm.engine.llm_engine"):
-        fake_module(monkeypatch, path, LLMEngine=LLMEngine)  # vLLM >= 0.10: one class, 2 paths
-    before = snapshot(LLMEngine)
-
-    report = instrument_vllm(sample=window(30, 70))
-    assert report.patched == ("vllm.v1.engine.llm_engine:LLMEngine.step",)
-    assert report.skipped == (("vllm.engine.llm_engine:LLMEngine.step", "already instrumented"),)
-    engine = LLMEngine(200)
-    outputs = []
-    while engine.has_unfinished_requests():
-        outputs.append(engine.step())
-    report.undo()
-
-    assert outputs == [[i] for i in range(1, 201)]
-    records = recorder.records()
-    ranges = [r for r in records if r.kind == "range"]
-    assert {(r.name, r.domain) for r in ranges} == {("vllm_one_step", "vllm_one_step")}
-    assert all(r.end_ns is not None for r in ranges)
-    # Records are in start order: each range is followed by the instant its step emitted.
-    marked = [
-        int(records[i + 1].name[len("decode") :]) for i, r in enumerate(records) if r in ranges
-    ]
-    assert marked == list(range(30, 70))
-    assert_unchanged(LLMEngine, before)
-    LLMEngine(1).step()
-    assert len([r for r in recorder.records() if r.kind == "range"]) == 40
 
 
 # --- instrument() on every function kind ------------------------------------------------------
@@ -295,7 +237,7 @@ def test_undo_leaves_a_later_patch_in_place_with_a_warning() -> None:
         return 2
 
     Engine.step = theirs  # type: ignore[method-assign]
-    with pytest.warns(RuntimeWarning, match="replaced after it was instrumented"):
+    with pytest.warns(mstx_marks.MstxMarksWarning, match="replaced after it was instrumented"):
         handle.undo()
     assert vars(Engine)["step"] is theirs
 
@@ -367,7 +309,7 @@ def test_a_missing_attribute_names_the_target_and_what_exists() -> None:
 
 
 def test_a_missing_class_in_an_import_path_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
-    fake_module(monkeypatch, "vllm.v1.engine.llm_engine", LLMEngine=LLMEngine)
+    fake_module(monkeypatch, "vllm.v1.engine.llm_engine", LLMEngine=Worker)
     with pytest.raises(
         AttributeError, match=r"vllm\.v1\.engine\.llm_engine has no attribute 'LLM'"
     ):
@@ -429,141 +371,3 @@ def test_an_owner_refusing_one_attribute_gets_none() -> None:
         instrument(Guarded, ["first", "second"])
     assert_unchanged(Guarded, before)
     assert instrument(Guarded, "first").patched  # nothing was left registered as ours
-
-
-# --- presets ------------------------------------------------------------------------------------
-
-
-def verl_classes() -> dict[str, type]:
-    """verl <= 0.7 worker classes, with the method names the preset expects."""
-
-    class ActorRolloutRefWorker:
-        def generate_sequences(self, prompts: list[int]) -> list[int]:
-            return [p + 1 for p in prompts]
-
-        def compute_log_prob(self, data: int) -> int:
-            return data
-
-        def compute_ref_log_prob(self, data: int) -> int:
-            return data
-
-        def update_actor(self, data: int) -> int:
-            return data
-
-    class CriticWorker:
-        def compute_values(self, data: int) -> int:
-            return data
-
-        def update_critic(self, data: int) -> int:
-            return data
-
-    class RewardModelWorker:
-        def compute_rm_score(self, data: int) -> int:
-            return data
-
-    return {
-        "ActorRolloutRefWorker": ActorRolloutRefWorker,
-        "CriticWorker": CriticWorker,
-        "RewardModelWorker": RewardModelWorker,
-    }
-
-
-def test_verl_preset_patches_what_exists_and_reports_the_rest(
-    monkeypatch: pytest.MonkeyPatch, recorder: mstx_marks.Recorder
-) -> None:
-    classes = verl_classes()
-    fake_module(monkeypatch, "verl.workers.fsdp_workers", **classes)
-    before = {name: snapshot(cls) for name, cls in classes.items()}
-
-    report = instrument_verl()
-    expected = [e for e in PRESETS if e.owner.startswith("verl.workers.fsdp_workers:")]
-    assert report.patched == tuple(f"{e.owner}.{e.attr}" for e in expected)
-    assert len(report.patched) == 7
-    skipped = dict(report.skipped)
-    assert set(skipped) == {
-        f"{e.owner}.{e.attr}" for e in PRESETS if e.framework == "verl" and e not in expected
-    }
-    assert all("ModuleNotFoundError" in why for why in skipped.values())
-
-    actor = classes["ActorRolloutRefWorker"]()
-    assert actor.generate_sequences([1, 2]) == [2, 3]
-    actor.update_actor(0)
-    classes["CriticWorker"]().update_critic(0)
-    assert names_of(recorder) == ["generate_sequences", "update_actor", "update_critic"]
-    assert instrument_verl().patched == ()  # a second call wraps nothing again
-
-    report.undo()
-    for name, cls in classes.items():
-        assert_unchanged(cls, before[name])
-
-
-def test_verl_preset_skips_methods_a_version_lacks(
-    monkeypatch: pytest.MonkeyPatch, recorder: mstx_marks.Recorder
-) -> None:
-    class ActorRolloutRefWorker:  # verl 0.9: no generate_sequences on the worker
-        def compute_log_prob(self) -> None:
-            pass
-
-        def update_actor(self) -> None:
-            pass
-
-    class TrainingWorker:
-        def train_batch(self) -> None:
-            pass
-
-    fake_module(
-        monkeypatch,
-        "verl.workers.engine_workers",
-        ActorRolloutRefWorker=ActorRolloutRefWorker,
-        TrainingWorker=TrainingWorker,
-    )
-    before = snapshot(TrainingWorker)
-    with instrument_verl() as report:
-        TrainingWorker().train_batch()
-        ActorRolloutRefWorker().compute_log_prob()
-    assert report.patched == (
-        "verl.workers.engine_workers:ActorRolloutRefWorker.compute_log_prob",
-        "verl.workers.engine_workers:ActorRolloutRefWorker.update_actor",
-        "verl.workers.engine_workers:TrainingWorker.train_batch",
-    )
-    why = dict(report.skipped)[
-        "verl.workers.engine_workers:ActorRolloutRefWorker.compute_ref_log_prob"
-    ]
-    assert "has no attribute 'compute_ref_log_prob'" in why
-    assert names_of(recorder) == ["train_batch", "compute_log_prob"]
-    assert_unchanged(TrainingWorker, before)
-
-
-def test_sglang_preset_marks_forward_in_its_own_domain(
-    monkeypatch: pytest.MonkeyPatch, recorder: mstx_marks.Recorder
-) -> None:
-    class ModelRunner:
-        def forward(self, batch: int) -> int:
-            return batch
-
-    fake_module(monkeypatch, "sglang.srt.model_executor.model_runner", ModelRunner=ModelRunner)
-    before = snapshot(ModelRunner)
-    with instrument_sglang(sample=first(1)) as report:
-        assert [ModelRunner().forward(i) for i in range(3)] == [0, 1, 2]
-    assert report.patched == ("sglang.srt.model_executor.model_runner:ModelRunner.forward",)
-    assert [(r.name, r.domain) for r in recorder.records()] == [
-        ("sglang_forward", "sglang_forward")
-    ]
-    assert_unchanged(ModelRunner, before)
-
-
-def test_presets_without_the_framework_patch_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
-    for top in ("vllm", "sglang"):
-        fake_module(monkeypatch, f"{top}.absent")
-    for preset in (instrument_vllm, instrument_sglang):
-        report = preset()
-        assert report.patched == ()
-        assert report.skipped and all("ModuleNotFoundError" in why for _, why in report.skipped)
-
-
-def test_preset_table_uses_registered_phases() -> None:
-    assert {e.framework for e in PRESETS} == {"verl", "vllm", "sglang"}
-    for entry in PRESETS:
-        assert phases.lookup(entry.phase.name) is entry.phase
-        assert ":" in entry.owner and entry.attr.isidentifier()
-    assert len(set(PRESETS)) == len(PRESETS)

@@ -288,3 +288,140 @@ def _disarm() -> Iterator[None]:
     from mstx_marks import import_hooks
 
     import_hooks._pending.clear()
+
+
+# --- apply(): import and patch now; stand-in modules put in sys.modules --------------------------
+
+
+def _module(monkeypatch: pytest.MonkeyPatch, dotted: str, **attrs: Any) -> None:
+    import types
+
+    parts = dotted.split(".")
+    for i in range(1, len(parts)):
+        parent = ".".join(parts[:i])
+        if parent not in sys.modules or not getattr(sys.modules[parent], "__stand_in__", False):
+            stub = types.ModuleType(parent)
+            stub.__stand_in__ = True  # type: ignore[attr-defined]
+            monkeypatch.setitem(sys.modules, parent, stub)
+    module = types.ModuleType(dotted)
+    module.__stand_in__ = True  # type: ignore[attr-defined]
+    for key, value in attrs.items():
+        setattr(module, key, value)
+    monkeypatch.setitem(sys.modules, dotted, module)
+
+
+class _Scheduler:
+    def __init__(self, pending: int) -> None:
+        self.pending = pending
+
+    def has_requests(self) -> bool:
+        return self.pending > 0
+
+
+class EngineCore:
+    """Shaped like vllm/v1/engine/core.py's: step() returns (outputs, model_executed)."""
+
+    def __init__(self, pending: int) -> None:
+        self.scheduler = _Scheduler(pending)
+        self.done = 0
+
+    def step(self) -> tuple[dict[int, int], bool]:
+        if not self.scheduler.has_requests():
+            return {}, False
+        mstx_marks.instant(f"step{self.done}")
+        self.done += 1
+        self.scheduler.pending -= 1
+        return {0: self.done}, True
+
+
+def test_vllm_engine_steps_30_to_69_of_200_and_undo_restores(
+    monkeypatch: pytest.MonkeyPatch, recorder: mstx_marks.Recorder
+) -> None:
+    _module(monkeypatch, "vllm.v1.engine.core", EngineCore=EngineCore)
+    before = dict(vars(EngineCore))
+    report = mstx_marks.instrument.instrument_vllm(sample=mstx_marks.window(30, 70))
+    assert report.patched == ("vllm.v1.engine.core:EngineCore.step",)
+    engine = EngineCore(200)
+    outputs = [engine.step() for _ in range(201)]
+    report.undo()
+    assert [o[1] for o in outputs] == [True] * 200 + [False]
+    records = recorder.records()
+    ranges = [r for r in records if r.kind == "range"]
+    assert len(ranges) == 40 and {r.domain for r in ranges} == {"vllm_one_step"}
+    # each range holds the instant its step emitted: steps 30..69 exactly
+    marked = [
+        int(i.name[4:]) for i in records if i.kind == "instant"
+        and any(r.start_ns <= i.start_ns <= r.end_ns for r in ranges)
+    ]  # fmt: skip
+    assert marked == list(range(30, 70))
+    assert dict(vars(EngineCore)) == before
+
+
+def test_verl_legacy_workers_are_wrapped_and_the_rest_reported(
+    monkeypatch: pytest.MonkeyPatch, recorder: mstx_marks.Recorder
+) -> None:
+    class ActorRolloutRefWorker:  # verl <= 0.7 fsdp_workers, without the profiler decorators
+        def generate_sequences(self, prompts: list[int]) -> list[int]:
+            return [p + 1 for p in prompts]
+
+        def update_actor(self, data: int) -> int:
+            return data
+
+    _module(monkeypatch, "verl.workers.fsdp_workers", ActorRolloutRefWorker=ActorRolloutRefWorker)
+    before = dict(vars(ActorRolloutRefWorker))
+    with mstx_marks.instrument.instrument_verl() as report:
+        assert ActorRolloutRefWorker().generate_sequences([1, 2]) == [2, 3]
+        ActorRolloutRefWorker().update_actor(0)
+        assert mstx_marks.instrument.instrument_verl().patched == ()  # never wrapped twice
+    assert report.patched == (
+        "verl.workers.fsdp_workers:ActorRolloutRefWorker.generate_sequences",
+        "verl.workers.fsdp_workers:ActorRolloutRefWorker.update_actor",
+    )
+    why = dict(report.skipped)
+    assert "not in verl" in why["verl.workers.fsdp_workers:CriticWorker.compute_values"]
+    assert "ModuleNotFoundError" in why["verl.workers.engine_workers:TrainingWorker.train_batch"]
+    assert [r.name for r in recorder.records()] == ["generate_sequences", "update_actor"]
+    assert dict(vars(ActorRolloutRefWorker)) == before
+
+
+def test_sglang_forward_by_batch_kind(
+    monkeypatch: pytest.MonkeyPatch, recorder: mstx_marks.Recorder
+) -> None:
+    class Mode:
+        def __init__(self, kind: str) -> None:
+            self.kind = kind
+
+        def is_idle(self) -> bool:
+            return self.kind == "idle"
+
+        def is_decode(self) -> bool:
+            return self.kind == "decode"
+
+    class Batch:
+        def __init__(self, kind: str) -> None:
+            self.forward_mode = Mode(kind)
+
+    class ModelRunner:  # sglang/srt/model_executor/model_runner.py:1813
+        def forward(self, forward_batch: Batch, skip_attn_backend_init: bool = False) -> str:
+            return forward_batch.forward_mode.kind
+
+    _module(monkeypatch, "sglang.srt.model_executor.model_runner", ModelRunner=ModelRunner)
+    with mstx_marks.instrument.instrument_sglang():
+        kinds = [ModelRunner().forward(Batch(k)) for k in ("extend", "decode", "idle", "decode")]
+    assert kinds == ["extend", "decode", "idle", "decode"]
+    assert [(r.name, r.domain) for r in recorder.records()] == [
+        ("prefill_batch", "sglang"),
+        ("decode_batch", "sglang"),
+        ("decode_batch", "sglang"),
+    ]
+
+
+def test_every_target_names_a_registered_phase_and_a_real_path() -> None:
+    from mstx_marks import phases
+
+    assert {t.framework for t in presets.TARGETS} == set(presets.FRAMEWORKS)
+    for t in presets.TARGETS:
+        if t.phase != "(timer names)":
+            phases.lookup(t.phase)  # raises for a name the registry does not know
+        assert all(part.isidentifier() for part in t.module.split(".") + t.path.split("."))
+    assert len(set(presets.TARGETS)) == len(presets.TARGETS)

@@ -40,6 +40,7 @@ from ..sampling import Policy
 
 __all__ = [
     "FRAMEWORKS",
+    "TARGETS",
     "Options",
     "Target",
     "apply",
@@ -117,18 +118,7 @@ def targets(framework: str) -> tuple[Target, ...]:
         raise ValueError(
             f"unknown framework {framework!r}; expected one of {', '.join(FRAMEWORKS)}"
         )
-    module = importlib.import_module(f".{_MODULES[framework]}", __name__)
-    rows: tuple[Target, ...] = tuple(t for t in module.TARGETS if t.framework == framework)
-    return rows
-
-
-_MODULES = {
-    "verl": "verl",
-    "vllm": "vllm",
-    "vllm_ascend": "vllm",
-    "sglang": "sglang",
-    "mindspeed_rl": "mindspeed_rl",
-}
+    return tuple(t for t in TARGETS if t.framework == framework)
 
 
 def framework_version(framework: str) -> str:
@@ -182,8 +172,10 @@ def _patch_module(
             skipped.append((label, f"{type(exc).__name__}: {exc}"))
             warn_once(("preset", label), f"{t.framework} preset: could not patch {label} ({exc})")
             continue
-        done.append(handle)
-        skipped.extend(handle.skipped)
+        for patch in handle._patches:
+            patch.label = label  # reports name the framework's path, not the patched object
+        done.append(Instrumented(handle._patches, [(label, why) for _, why in handle.skipped]))
+        skipped.extend(done[-1].skipped)
     if missing and not done:
         # Rows of other versions are expected to be missing; none found at all is news.
         version = framework_version(rows[0].framework)
@@ -259,3 +251,19 @@ def _say_if_nothing_patched() -> None:
                 f" its preset patched nothing (looked for {looked}): this process marked no"
                 f" {framework} phase",
             )
+
+
+# The framework modules import Options and Target from here, so they come last. They hold only
+# tables and wrappers: importing them imports no framework.
+from . import mindspeed_rl as _mindspeed_rl  # noqa: E402
+from . import sglang as _sglang  # noqa: E402
+from . import verl as _verl  # noqa: E402
+from . import vllm as _vllm  # noqa: E402
+
+#: Every preset's rows, all frameworks (``targets(framework)`` gives one framework's).
+TARGETS: tuple[Target, ...] = (
+    *_verl.TARGETS,
+    *_vllm.TARGETS,
+    *_sglang.TARGETS,
+    *_mindspeed_rl.TARGETS,
+)
