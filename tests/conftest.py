@@ -22,6 +22,10 @@ import mstx_marks
 from mstx_marks import env
 from mstx_marks.backends.base import Backend, Emitter
 
+# --doctest-modules would import these: support/no_torch.py blocks torch for the rest of the
+# run, and engines/ holds scripts for the engines' own venvs (ray, vLLM).
+collect_ignore = ["support", "engines"]
+
 #: Every variable the library reads (env.VARIABLES is their one home), and the rank.
 ENV_VARS = (*(v.name for v in env.VARIABLES), "RANK")
 
