@@ -216,28 +216,43 @@ def _coverage(args: argparse.Namespace) -> int:
     return 1 if report.missing else 0
 
 
-def _passthrough_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("args", nargs=argparse.REMAINDER, help="the command's own options")
+def _demo_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--ranks", type=int, default=2, help="processes (default 2)")
+    p.add_argument("--steps", type=int, default=4, help="training steps (default 4)")
+    p.add_argument("--tokens", type=int, default=16, help="tokens decoded per rollout")
+    p.add_argument("--out", default="demo-out", help="output folder (default demo-out)")
+    p.add_argument("--timeout", type=float, default=300, help="seconds before giving up")
+    p.add_argument("--worker", type=int, default=None, help="(internal: run one rank)")
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from .demo import demo_cli
+    from .demo import DemoOptions, run_demo
 
-    return demo_cli(list(args.args))
+    return run_demo(
+        DemoOptions(args.ranks, args.steps, args.tokens, args.out, args.timeout, args.worker)
+    )
+
+
+def _summary_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("path", help="a trace file, or a folder searched for them")
+    fmt = p.add_mutually_exclusive_group()
+    fmt.add_argument("--csv", action="store_true", help="print CSV instead of the table")
+    fmt.add_argument("--json", action="store_true", help="print JSON instead of the table")
+    p.add_argument("--svg", metavar="FILE", help="also draw the timeline as SVG to FILE")
 
 
 def _summary(args: argparse.Namespace) -> int:
-    from .summary import summary_cli
+    from .summary import run_summary
 
-    return summary_cli(list(args.args))
+    return run_summary(args.path, "csv" if args.csv else "json" if args.json else "table", args.svg)
 
 
 Command = tuple[Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int], str]
 
 #: name -> (declare options, run, one-line help)
 COMMANDS: dict[str, Command] = {
-    "demo": (_passthrough_args, _demo, "run the multi-rank GRPO-shaped demo on CPU"),
-    "summary": (_passthrough_args, _summary, "per-phase summary of traces (--svg, --csv, --json)"),
+    "demo": (_demo_args, _demo, "run the multi-rank GRPO-shaped demo on CPU"),
+    "summary": (_summary_args, _summary, "per-phase summary of traces (--svg, --csv, --json)"),
     "run": (_run_args, _run, "run a command with every Python process under it activated"),
     "recipes": (_recipes_args, _recipes, "list the profiler capture recipes"),
     "coverage": (_coverage_args, _coverage, "list expected phases a run never emitted"),

@@ -22,7 +22,6 @@ Under ``--out`` (default ``demo-out``) the demo writes ``trace.json`` (all ranks
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import os
 import shutil
@@ -34,13 +33,11 @@ import warnings
 from contextlib import AbstractContextManager, nullcontext
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple, Optional
 
 from . import phases
 from .backends import detect
-from .backends.base import Backend, Emitter
 from .backends.noop import NoopBackend
-from .backends.record import Recorder, default_recorder
 from .export import flush_at_exit, write_chrome_trace
 from .ranges import mark
 from .sampling import window
@@ -59,39 +56,12 @@ _COLLECTIVE_TIMEOUT_S = 60
 _STOP_GRACE_S = _COLLECTIVE_TIMEOUT_S + 15
 
 
-class _AlsoRecord(Backend):
-    """The accelerator's own ranges (MSTX or NVTX), and the same ranges recorded."""
-
-    name = "device+record"
-
-    def __init__(self, device: Backend, recorder: Recorder) -> None:
-        self.device, self.recorder = device, recorder
-
-    def emitter(self, stream: object) -> Emitter:
-        dev, rec = self.device.emitter(stream), self.recorder.emitter(stream)
-
-        def start(name: str, domain: str) -> tuple[Any, Any]:
-            return dev.start(name, domain), rec.start(name, domain)
-
-        def end(handle: tuple[Any, Any], domain: str) -> None:
-            if handle[0]:
-                dev.end(handle[0], domain)
-            rec.end(handle[1], domain)
-
-        def instant(name: str, domain: str) -> None:
-            dev.instant(name, domain)
-            rec.instant(name, domain)
-
-        return Emitter(self, start, end, instant)
-
-
 def _choose_backend() -> str:
+    """The accelerator's backend when there is one (MSTX or NVTX), the in-process recorder
+    beside it either way: flush_at_exit already asked for recording (``backends/tee.py``)."""
+    configure(backend="auto", record=True)
     device = detect()
-    if isinstance(device, NoopBackend):
-        configure(backend="record")
-    else:
-        configure(backend=_AlsoRecord(device, default_recorder()))
-    return str(device.name if not isinstance(device, NoopBackend) else "record")
+    return "record" if isinstance(device, NoopBackend) else f"{device.name}+record"
 
 
 def _say(line: str) -> None:
@@ -248,7 +218,18 @@ def _prepare(out: Path) -> None:
     (out / _MARKER).write_text("written by python -m mstx_marks demo\n")
 
 
-def _run_ranks(args: argparse.Namespace, out: Path) -> int:
+class DemoOptions(NamedTuple):
+    """What ``mstx-marks demo`` was asked for (its options are declared in :mod:`.cli`)."""
+
+    ranks: int = 2
+    steps: int = 4
+    tokens: int = 16
+    out: str = "demo-out"
+    timeout: float = 300
+    worker: Optional[int] = None
+
+
+def _run_ranks(args: DemoOptions, out: Path) -> int:
     env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
     env["WORLD_SIZE"] = str(args.ranks)
     procs = []
@@ -285,20 +266,16 @@ def _run_ranks(args: argparse.Namespace, out: Path) -> int:
 
 
 def demo_cli(argv: list[str]) -> int:
-    """``python -m mstx_marks demo [--ranks N] [--steps S] [--out DIR]``; returns the exit code."""
-    parser = argparse.ArgumentParser(
-        prog="mstx_marks demo",
-        description="A small GRPO training loop on CPU over N processes, every phase marked.",
-    )
-    parser.add_argument("--ranks", type=int, default=2, help="processes (default 2)")
-    parser.add_argument("--steps", type=int, default=4, help="training steps (default 4)")
-    parser.add_argument("--tokens", type=int, default=16, help="tokens decoded per rollout")
-    parser.add_argument("--out", default="demo-out", help="output folder (default demo-out)")
-    parser.add_argument("--timeout", type=float, default=300, help="seconds before giving up")
-    parser.add_argument("--worker", type=int, default=None, help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
+    """``mstx-marks demo``: the command line lives in :mod:`mstx_marks.cli`."""
+    from .cli import main
+
+    return main(["demo", *argv])
+
+
+def run_demo(args: DemoOptions) -> int:
+    """Run the demo (or, with ``worker``, one of its ranks); returns the exit code."""
     if args.ranks < 1 or args.steps < 1 or args.tokens < 2:
-        parser.error("--ranks and --steps must be >= 1 and --tokens >= 2")
+        raise ValueError("--ranks and --steps must be >= 1 and --tokens >= 2")
     out = Path(args.out)
     if args.worker is not None:
         _worker(args.worker, args.ranks, args.steps, args.tokens, out)

@@ -17,7 +17,6 @@ time, and how unbalanced the ranks are (slowest total over fastest, and which ra
 
 from __future__ import annotations
 
-import argparse
 import csv
 import io
 import json
@@ -357,29 +356,26 @@ def format_json(summary: Summary) -> dict[str, Any]:
 
 
 def summary_cli(argv: list[str]) -> int:
-    """``python -m mstx_marks summary PATH [--csv | --json] [--svg FILE]``; returns the exit code:
-    0, or 1 when a file could not be read (the others are still summarised) or none was found,
-    or 2 when the ``--svg`` file's folder does not exist (checked first) or it cannot be written.
-    """
-    parser = argparse.ArgumentParser(
-        prog="mstx_marks summary",
-        description="Per-phase statistics of Chrome traces and Ascend profiler databases.",
-    )
-    parser.add_argument("path", help="a trace file, or a folder searched for them")
-    fmt = parser.add_mutually_exclusive_group()
-    fmt.add_argument("--csv", action="store_true", help="print CSV instead of the table")
-    fmt.add_argument("--json", action="store_true", help="print JSON instead of the table")
-    parser.add_argument("--svg", metavar="FILE", help="also draw the timeline as SVG to FILE")
-    args = parser.parse_args(argv)
-    if args.svg:
+    """``mstx-marks summary``: the command line lives in :mod:`mstx_marks.cli`."""
+    from .cli import main
+
+    return main(["summary", *argv])
+
+
+def run_summary(path: str, fmt: str = "table", svg: str | None = None) -> int:
+    """Print the summary of the traces under ``path`` as ``fmt`` (table, csv, json), and draw
+    the timeline to ``svg``; returns the exit code: 0, or 1 when a file could not be read (the
+    others are still summarised) or none was found, or 2 when the ``svg`` file's folder does not
+    exist (checked first) or it cannot be written."""
+    if svg:
         # Checked before the work, and not created: a mistyped folder should not appear silently.
-        folder = Path(args.svg).parent
+        folder = Path(svg).parent
         if not folder.is_dir():
             why = "is not a folder" if folder.exists() else "does not exist"
-            print(f"error: --svg {args.svg}: the folder {folder} {why}", file=sys.stderr)
+            print(f"error: --svg {svg}: the folder {folder} {why}", file=sys.stderr)
             return 2
 
-    traces, errors, notes = load_traces(args.path)
+    traces, errors, notes = load_traces(path)
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
     for error in errors:
@@ -388,16 +384,16 @@ def summary_cli(argv: list[str]) -> int:
         return 1
     summary = summarize(traces)
     summary.errors, summary.notes = errors, notes
-    if args.csv:
+    if fmt == "csv":
         sys.stdout.write(format_csv(summary))
-    elif args.json:
+    elif fmt == "json":
         print(json.dumps(format_json(summary), indent=1))
     else:
         print(format_table(summary))
-    if args.svg:
+    if svg:
         try:
-            print(f"timeline: {write_svg(args.svg, traces, fold_name)}", file=sys.stderr)
+            print(f"timeline: {write_svg(svg, traces, fold_name)}", file=sys.stderr)
         except OSError as e:
-            print(f"error: --svg {args.svg}: cannot write it: {e}", file=sys.stderr)
+            print(f"error: --svg {svg}: cannot write it: {e}", file=sys.stderr)
             return 2
     return 1 if errors else 0
