@@ -29,6 +29,7 @@ from typing import Any, Callable, Sequence
 
 from . import phases
 from .export import read_ascend_db, read_chrome_trace
+from .export.spill import SPILL_SUFFIX, read_spill
 from .records import RankTrace, TraceFileError
 from .timeline import write_svg
 
@@ -162,7 +163,12 @@ def find_trace_files(path: str | Path) -> list[Path]:
     found = [
         p
         for p in root.rglob("*")
-        if p.is_file() and (_DB_FILE.match(p.name) or p.name.endswith(_CHROME_SUFFIX))
+        if p.is_file()
+        and (
+            _DB_FILE.match(p.name)
+            or p.name.endswith(_CHROME_SUFFIX)
+            or (p.parent.name == "spill" and p.name.endswith(SPILL_SUFFIX))
+        )
     ]
     return sorted(found)
 
@@ -170,7 +176,36 @@ def find_trace_files(path: str | Path) -> list[Path]:
 def _read(path: Path) -> list[RankTrace]:
     if path.suffix == ".db":
         return [read_ascend_db(path)]
+    if path.name.endswith(SPILL_SUFFIX):
+        return [read_spill(path)]
     return read_chrome_trace(path)
+
+
+#: One process of one rank: the files a process writes (database, Chrome trace, spill) share it.
+_Key = tuple[int, frozenset[int]]
+
+
+def _key(t: RankTrace) -> _Key:
+    return t.rank, frozenset(r.pid for r in t.records)
+
+
+def _by_rank(traces: list[RankTrace]) -> list[RankTrace]:
+    """One trace per rank: the processes that share a rank (a trainer rank and the rollout
+    engine processes it started, Ray actors without RANK) are summed as that rank."""
+    grouped: dict[int, list[RankTrace]] = {}
+    for t in traces:
+        grouped.setdefault(t.rank, []).append(t)
+    out = []
+    for rank in sorted(grouped):
+        group = grouped[rank]
+        if len(group) == 1:
+            out.append(group[0])
+            continue
+        records = sorted((r for t in group for r in t.records), key=lambda r: r.start_ns)
+        steps = sorted({s for t in group for s in t.steps})
+        roles = "+".join(sorted({t.role for t in group if t.role}))
+        out.append(RankTrace(rank, records, steps, group[0].source, roles))
+    return out
 
 
 def _drop_other_clocks(
@@ -202,14 +237,16 @@ def _ranks_phrase(ranks: list[int]) -> str:
     return f"{len(ranks)} ranks ({', '.join(map(str, ranks))}) are"
 
 
-def _duplicate_notes(chosen: dict[int, RankTrace], others: dict[int, list[RankTrace]]) -> list[str]:
+def _duplicate_notes(
+    chosen: dict[_Key, RankTrace], others: dict[_Key, list[RankTrace]]
+) -> list[str]:
     """At most one line per reason, for the ranks whose files disagree (not the same number of
     records): a copy that agrees (the demo writes each rank as a database and Chrome traces) is
     worth no note."""
     over_chrome, newest = [], []
-    for rank in sorted(others):
-        kept = chosen[rank]
-        differ = [t for t in others[rank] if len(t.records) != len(kept.records)]
+    for key in sorted(others, key=lambda k: (k[0], sorted(k[1]))):
+        kept, rank = chosen[key], key[0]
+        differ = [t for t in others[key] if len(t.records) != len(kept.records)]
         kept_db = kept.source is not None and kept.source.suffix == ".db"
         if any(kept_db and t.source is not None and t.source.suffix != ".db" for t in differ):
             over_chrome.append(rank)
@@ -232,11 +269,12 @@ def _duplicate_notes(chosen: dict[int, RankTrace], others: dict[int, list[RankTr
 def load_traces(path: str | Path) -> tuple[list[RankTrace], list[str], list[str]]:
     """Read every trace under ``path``: ``(traces, errors, notes)``, one trace per rank.
 
-    A file that cannot be read is an error naming it, and the others are still read. When a
-    rank is in several files (the demo writes each rank as a database and as a Chrome trace),
-    the Ascend database wins, then the newest file. Copies that hold as many records as the
-    file used are duplicates and pass silently; when some differ, ``notes`` says so in one line
-    for all ranks.
+    A file that cannot be read is an error naming it, and the others are still read. Spill
+    files (``MSTX_MARKS_OUT``'s ``spill/*.jsonl``) are read too. Several processes of one rank
+    are summed as that rank. When one process is in several files (the demo writes each rank as
+    a database and as a Chrome trace), the Ascend database wins, then the newest file. Copies
+    that hold as many records as the file used are duplicates and pass silently; when some
+    differ, ``notes`` says so in one line for all ranks.
     """
     errors: list[str] = []
     root = Path(path)
@@ -248,29 +286,35 @@ def load_traces(path: str | Path) -> tuple[list[RankTrace], list[str], list[str]
             loaded.append((file, _read(file)))
         except TraceFileError as e:
             errors.append(str(e))
-    chosen: dict[int, RankTrace] = {}
-    others: dict[int, list[RankTrace]] = {}
+    chosen: dict[_Key, RankTrace] = {}
+    others: dict[_Key, list[RankTrace]] = {}
 
-    def preference(t: RankTrace) -> tuple[bool, float]:
+    def preference(t: RankTrace) -> tuple[int, float]:
         assert t.source is not None  # read from a file
-        return t.source.suffix == ".db", os.path.getmtime(t.source)
+        # A process's database and Chrome trace are written at its end; its spill may be all
+        # that is left of a process that was killed.
+        kind = 2 if t.source.suffix == ".db" else 0 if t.source.name.endswith(SPILL_SUFFIX) else 1
+        return kind, os.path.getmtime(t.source)
 
     for _, traces in _drop_other_clocks(loaded, errors):
         for t in traces:
-            other = chosen.get(t.rank)
+            key = _key(t)
+            other = chosen.get(key)
             if other is not None and preference(other) >= preference(t):
-                others.setdefault(t.rank, []).append(t)
+                others.setdefault(key, []).append(t)
+                other.role = other.role or t.role
                 continue
             if other is not None:
-                others.setdefault(t.rank, []).append(other)
-            chosen[t.rank] = t
+                others.setdefault(key, []).append(other)
+                t.role = t.role or other.role
+            chosen[key] = t
     if not chosen and not errors:
         errors.append(
             f"{root}: no traces found (looked for *{_CHROME_SUFFIX} and "
             "ascend_pytorch_profiler*.db)"
         )
     notes = _duplicate_notes(chosen, others)
-    return [chosen[rank] for rank in sorted(chosen)], errors, notes
+    return _by_rank(list(chosen.values())), errors, notes
 
 
 def _ms(ns: float) -> str:

@@ -198,3 +198,26 @@ def test_svg_into_a_missing_folder_fails_first_and_creates_nothing(
         == f"error: --svg {missing / 't.svg'}: the folder {missing} does not exist"
     )
     assert not (tmp_path / "no").exists()
+
+
+def test_spills_are_read_and_processes_of_one_rank_are_summed(tmp_path: Path) -> None:
+    """MSTX_MARKS_OUT: two processes that both say rank 0 (Ray actors without RANK), one of them
+    killed (only its spill is left), the other also exported at exit."""
+    from mstx_marks.backends.record import Recorder
+    from mstx_marks.export.spill import Spill
+
+    for pid_shift, names in ((0, ["gen", "gen"]), (1, ["update_actor"])):
+        rec = Recorder()
+        rec._pid += pid_shift  # two processes: pids differ
+        for n in names:
+            rec.range_end(rec.range_start(n, "default"), "default")
+        spill = Spill(tmp_path, rec, rank=0, role=f"actor{pid_shift}")
+        spill.path = spill.path.with_name(f"host-{rec._pid}.jsonl")
+        spill.write_now()
+        if pid_shift == 0:  # this one also wrote its exports; they must not count twice
+            export_rank(tmp_path, RankTrace(0, rec.records(), role="actor0"), process="p0")
+    traces, errors, notes = load_traces(tmp_path)
+    assert errors == [] and notes == []
+    (rank0,) = traces
+    assert sorted(r.name for r in rank0.records) == ["gen", "gen", "update_actor"]
+    assert rank0.role == "actor0+actor1"

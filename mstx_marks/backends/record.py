@@ -83,6 +83,11 @@ class Recorder(Backend):
             self._reset()
 
     @property
+    def pid(self) -> int:
+        """The process whose events these are (a forked child's own, once it cleared)."""
+        return self._pid
+
+    @property
     def dropped(self) -> int:
         """How many ranges and instants were not recorded because the recorder was full."""
         return self._dropped

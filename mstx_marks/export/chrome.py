@@ -73,7 +73,7 @@ def chrome_trace(traces: Iterable[RankTrace], origin_ns: int | None = None) -> d
     ranks: dict[str, Any] = {}
     for t in traces:
         pids = sorted({r.pid for r in t.records})
-        ranks[str(t.rank)] = {"pids": pids, "steps": [[s, e] for s, e in t.steps]}
+        ranks[str(t.rank)] = {"pids": pids, "steps": [[s, e] for s, e in t.steps], "role": t.role}
         events.append(
             {"ph": "M", "name": "process_name", "pid": t.rank, "args": {"name": f"rank {t.rank}"}}
         )
@@ -146,9 +146,16 @@ def read_chrome_trace(path: str | Path) -> list[RankTrace]:
                 rec = InstantRecord(name, domain, start, tid, pids[0])
             by_rank.setdefault(rank, []).append(rec)
         steps = {int(k): [(int(s), int(e)) for s, e in v.get("steps", [])] for k, v in meta.items()}
+        roles = {int(k): str(v.get("role", "")) for k, v in meta.items()}
     except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as e:
         raise TraceFileError(path, f"has a malformed event ({type(e).__name__}: {e})") from e
     return [
-        RankTrace(rank, sorted(recs, key=lambda r: r.start_ns), steps.get(rank, []), path)
+        RankTrace(
+            rank,
+            sorted(recs, key=lambda r: r.start_ns),
+            steps.get(rank, []),
+            path,
+            roles.get(rank, ""),
+        )
         for rank, recs in sorted(by_rank.items())
     ]

@@ -84,7 +84,7 @@ class Spill:
         fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o666)
         header = {
             "mstx_marks_spill": _FORMAT,
-            "pid": os.getpid(),
+            "pid": self.recorder.pid,
             "host": socket.gethostname(),
             "rank": self.rank,
             "role": self.role,
