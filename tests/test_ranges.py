@@ -982,9 +982,8 @@ def test_timing_adds_the_seconds_and_the_range_even_when_the_block_raises(
     from mstx_marks.verl import marked_timer
 
     timing_raw = {"gen": 1.0}
-    with pytest.raises(ZeroDivisionError):
-        with mark("gen", timing=timing_raw):
-            1 / 0  # noqa: B018
+    with pytest.raises(ZeroDivisionError), mark("gen", timing=timing_raw):
+        1 / 0  # noqa: B018
     assert timing_raw["gen"] > 1.0  # accumulated, as verl's timer does
     with marked_timer("update_actor", timing_raw, color="red"):
         pass
