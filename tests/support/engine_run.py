@@ -1,0 +1,143 @@
+"""Running a scenario script (``tests/engines/*.py``) with an engine venv's python, and reading
+what the processes it started wrote under an ``MSTX_MARKS_OUT`` folder.
+
+``venv_python(name)`` builds (first time) or finds the venv, installs this repository into it
+(so the entry points are registered) and skips the test, with the reason, when that cannot be
+done. ``run_scenario`` runs a script with a clean environment (no ``MSTX_MARKS_*``, ``RANK`` or
+``PYTHONPATH`` leaking in from the test process) and a bounded time, and fails with the end of
+its output when it fails.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from . import engine_venvs
+from .engine_venvs import REPO
+
+ENGINES = REPO / "tests" / "engines"
+OUTPUT_TAIL = 6000
+
+
+def venv_python(name: str) -> Path:
+    """The python of engine venv ``name`` with this repository installed; skips if impossible."""
+    try:
+        python = engine_venvs.engine_venv(name)
+        engine_venvs.install_self(python)
+    except engine_venvs.EngineVenvError as ex:
+        pytest.skip(f"the {name!r} engine venv cannot be built here: {ex}")
+    return python
+
+
+#: Variables of the test process that would change what a scenario does.
+_LEAKY = ("RANK", "PYTHONPATH", "PYTHONHOME", "RAY_ADDRESS")
+
+
+def clean_env(**settings: str) -> dict[str, str]:
+    """This process's environment without anything that would change the scenario, plus
+    ``settings``."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("MSTX_MARKS_")
+        and k not in ("RANK", "PYTHONPATH", "PYTHONHOME", "RAY_ADDRESS")
+    }
+    env.update(settings)
+    return env
+
+
+def run_scenario(
+    python: Path,
+    script: str,
+    args: Iterable[object],
+    env: Mapping[str, str],
+    *,
+    timeout: float,
+    cwd: Path,
+) -> str:
+    """Run ``tests/engines/<script>`` and return its output; fail with its tail if it fails.
+
+    It runs in a session of its own, so that on a timeout the whole group (vLLM's EngineCore
+    and workers, a local Ray cluster) is killed with it, not left behind.
+    """
+    cmd = [str(python), str(ENGINES / script), *map(str, args)]
+    proc = subprocess.Popen(
+        cmd, env=dict(env), cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        pytest.fail(f"{script} did not end within {timeout:.0f} s:\n{out[-OUTPUT_TAIL:]}")
+    if proc.returncode != 0:
+        pytest.fail(f"{script} exited with {proc.returncode}:\n{out[-OUTPUT_TAIL:]}")
+    return out
+
+
+def read_json(path: Path) -> Any:
+    return json.loads(path.read_text())
+
+
+def files_by_pid(out: Path, pids: Iterable[int]) -> dict[int | None, list[Path]]:
+    """Every file under ``out`` by the process (among ``pids``) whose name it carries: the
+    spill ``<host>-<pid>.jsonl``, the Chrome trace ``rank<R>-<host>-<pid>.trace.json``, the
+    database folder ``<host>_<pid>_<ms>_ascend_pt``. Files of no such process are under None."""
+    host = socket.gethostname()
+    found: dict[int | None, list[Path]] = {}
+    for path in sorted(out.rglob("*")):
+        if not path.is_file():
+            continue
+        top = path.relative_to(out).parts
+        name = top[1] if len(top) > 1 else top[0]
+        owner = next(
+            (
+                pid
+                for pid in pids
+                if name == f"{host}-{pid}.jsonl"
+                or name.endswith(f"-{host}-{pid}.trace.json")
+                or name.startswith(f"{host}_{pid}_")
+            ),
+            None,
+        )
+        found.setdefault(owner, []).append(path)
+    return found
+
+
+def spills(out: Path) -> dict[int, Any]:
+    """Each process's spill under ``out``, read with ``read_spill``, by the pid in its header."""
+    from mstx_marks.export.spill import read_spill
+
+    traces = {}
+    for path in sorted((out / "spill").glob("*.jsonl")) if (out / "spill").is_dir() else []:
+        trace = read_spill(path)
+        pids = {r.pid for r in trace.records}
+        assert len(pids) == 1, (path, pids)  # one process per file
+        (pid,) = pids
+        assert path.name.endswith(f"-{pid}.jsonl"), path  # named by its own pid
+        assert pid not in traces, path
+        traces[pid] = trace
+    return traces
+
+
+def counts(records: Iterable[Any]) -> Counter[str]:
+    return Counter(r.name for r in records)
+
+
+def chrome_counts(path: Path) -> Counter[str]:
+    """Range names of a Chrome trace file (complete events only)."""
+    events = read_json(path)["traceEvents"]
+    return Counter(e["name"] for e in events if e.get("ph") == "X")

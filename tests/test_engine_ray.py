@@ -1,0 +1,190 @@
+"""The real Ray 2.60 on CPU: actors activated through ``runtime_env`` alone, ended by a plain
+``ray.shutdown()``.
+
+Ray ends its workers from C++ (seen with strace): on ``ray.shutdown()`` the raylet sends SIGTERM
+and SIGKILLs the worker some 20-60 ms later, or the worker's own C++ thread calls ``_exit``;
+``ray.kill()`` calls ``_exit`` in C++. No atexit hook and no ``os._exit`` runs, and the Python
+signal handlers mostly do not either (the main thread sits in the core worker's task loop, and
+the SIGTERM lands on any thread). What an actor recorded reaches the disk through the spill:
+every 0.5 s from a thread, and on the SIGTERM from a thread woken by ``signal.set_wakeup_fd``
+(``mstx_marks.export.out._SignalWatch``) if it runs before the SIGKILL (18 of 20 actors in one
+measurement, 13 of 20 without it). So the Ray scenarios wait 1.5 s before ``ray.shutdown()``
+(what is guaranteed: at most the last interval is lost), and the SIGTERM path is tested without
+Ray, where it is deterministic (last test).
+
+Scenarios (``tests/engines/ray_actors.py``, in the rl venv):
+
+- ``hook``: ``worker_process_setup_hook="mstx_marks.activate.activate"`` and
+  ``MSTX_MARKS_OUT`` in ``env_vars``; two marked actors (RANK 0 and 1), one idle actor.
+- ``verl``: the documented verl form, ``env_vars`` only, no setup hook: ``import verl`` in an
+  actor loads verl's ``verl.plugins`` entry point, which activates.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support.engine_run import (
+    clean_env,
+    counts,
+    files_by_pid,
+    read_json,
+    run_scenario,
+    spills,
+    venv_python,
+)
+
+from mstx_marks.export.spill import read_spill
+
+RAY_TIMEOUT_S = 240
+N1, N2 = 5, 7
+VERL_CALLS = 3
+STAGE = "actor_stage"  # tests/engines/ray_actors.py
+SPILLED = 1.5  # seconds the driver waits before ray.shutdown(): over twice the spill interval
+
+
+@dataclass
+class Run:
+    result: dict[str, Any]
+    out: Path
+
+
+@pytest.fixture(scope="module")
+def rl_python() -> Path:
+    return venv_python("rl")
+
+
+def _run(python: Path, where: Path, *args: object) -> Run:
+    out, result = where / "out", where / "result.json"
+    run_scenario(
+        python, "ray_actors.py", [args[0], out, *args[1:], result],
+        clean_env(RAY_USAGE_STATS_ENABLED="0"),
+        timeout=RAY_TIMEOUT_S, cwd=where,
+    )  # fmt: skip
+    return Run(read_json(result), out)
+
+
+@pytest.fixture(scope="module")
+def hook_run(rl_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Run:
+    return _run(rl_python, tmp_path_factory.mktemp("ray-hook"), "hook", N1, N2, SPILLED)
+
+
+@pytest.fixture(scope="module")
+def verl_run(rl_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Run:
+    return _run(rl_python, tmp_path_factory.mktemp("ray-verl"), "verl", VERL_CALLS)
+
+
+# --- worker_process_setup_hook ------------------------------------------------------------------
+
+
+def test_each_actor_leaves_its_own_ranges_after_a_plain_shutdown(hook_run: Run) -> None:
+    marked = hook_run.result["marked"]
+    pids = [m["pid"] for m in marked]
+    assert len(set(pids)) == 2 and hook_run.result["driver_pid"] not in pids
+    traces = spills(hook_run.out)
+    assert set(traces) == set(pids)
+    for actor, wanted in zip(marked, (N1, N2)):
+        trace = traces[actor["pid"]]
+        assert counts(trace.records) == {STAGE: wanted}
+        assert {r.domain for r in trace.ranges} == {"ray_test"}
+        assert trace.rank == int(actor["rank"])  # RANK from the actor's own runtime_env
+        assert not any(r.open for r in trace.ranges)
+
+
+def test_an_idle_worker_activates_but_writes_nothing(hook_run: Run) -> None:
+    idle = hook_run.result["idle"]
+    assert idle["activated_in"] == idle["pid"]  # the setup hook ran in that worker too
+    marked = [m["pid"] for m in hook_run.result["marked"]]
+    everyone = [*marked, idle["pid"], hook_run.result["driver_pid"]]
+    files = files_by_pid(hook_run.out, everyone)
+    # Only the two marked actors wrote, each its own file(s): nothing of the idle actor, of the
+    # driver, or of any other Ray worker process (under None).
+    assert set(files) == set(marked), {k: [p.name for p in v] for k, v in files.items()}
+    for pid in marked:
+        (spill,) = (p for p in files[pid] if p.suffix == ".jsonl")
+        assert read_spill(spill).records[0].pid == pid
+
+
+def test_summary_reads_the_actors_spills(hook_run: Run, rl_python: Path) -> None:
+    shown = subprocess.run(
+        [str(rl_python), "-m", "mstx_marks", "summary", str(hook_run.out), "--json"],
+        env=clean_env(), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert shown.returncode == 0, shown.stderr
+    (stage,) = (p for p in json.loads(shown.stdout)["phases"] if p["name"] == STAGE)
+    assert stage["all"]["count"] == N1 + N2
+    assert {r: s["count"] for r, s in stage["ranks"].items()} == {"0": N1, "1": N2}
+
+
+# --- the documented verl form: env_vars only, verl's plugin entry point activates ---------------
+
+
+def test_import_verl_in_an_actor_activates_and_arms_the_preset(verl_run: Run) -> None:
+    probe = verl_run.result["probe"]
+    assert probe["mstx_marks_before_import_verl"] == []  # nothing but the entry point loaded it
+    assert probe["plugin_loaded_by_import_verl"]
+    assert probe["activated_in"] == probe["pid"]
+    worker = "verl.workers.engine_workers:ActorRolloutRefWorker"
+    wanted = {f"{worker}.{m}" for m in ("compute_log_prob", "compute_ref_log_prob", "update_actor")}
+    assert wanted <= set(probe["patched"])
+    assert probe["register_attr_kept"]
+
+
+def test_the_patched_stage_records_in_the_actor(verl_run: Run) -> None:
+    probe = verl_run.result["probe"]
+    traces = spills(verl_run.out)
+    assert set(traces) == {probe["pid"]}
+    assert counts(traces[probe["pid"]].records) == {"compute_log_prob": VERL_CALLS}
+
+
+# --- the exit Ray gives its workers, without Ray: SIGTERM while the main thread is in C ---------
+
+STUCK_IN_C = """
+import ctypes, signal, sys
+from mstx_marks import mark
+from mstx_marks.export.out import record_to
+
+record_to(sys.argv[1], interval=None)  # no periodic spill: only an exit path can write
+for _ in range(3):
+    with mark("last_step"):
+        pass
+# As in a Ray worker: the main thread never runs Python again (it sits in C), and the SIGTERM
+# goes to another thread; so no Python signal handler and no atexit hook ever runs.
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+print("ready", flush=True)
+ctypes.CDLL(None).sleep(120)
+"""
+
+
+def test_sigterm_spills_even_when_no_python_handler_can_run(tmp_path: Path) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(STUCK_IN_C), str(tmp_path)],
+        env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    spill = tmp_path / "spill"
+    found: list[str] = []
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+        assert not spill.exists()
+        proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and len(found) < 3:
+            time.sleep(0.01)
+            for path in spill.glob("*.jsonl"):
+                found = [r.name for r in read_spill(path).records]
+    finally:
+        proc.kill()  # SIGKILL, as the raylet does
+        proc.wait(timeout=30)
+    assert found == ["last_step"] * 3
+    (path,) = spill.glob("*.jsonl")
+    assert read_spill(path).records[0].pid == proc.pid
+    assert not (tmp_path / "chrome").exists()  # indeed no exit hook ran

