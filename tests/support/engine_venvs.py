@@ -82,7 +82,10 @@ SPECS: dict[str, Spec] = {
                 "tensordict<=0.10.0",
                 "omegaconf==2.3.*",
                 "hydra-core==1.3.*",
-                "transformers",
+                # verl 0.9.1's own bounds; peft and accelerate make its FSDP engine import.
+                "transformers>=5.5.3,<5.11,!=5.6.0",
+                "peft",
+                "accelerate",
                 "codetiming",
                 "uvicorn",
                 "fastapi",
@@ -99,6 +102,7 @@ SPECS: dict[str, Spec] = {
             "import verl; assert verl.__version__ == '0.9.1', verl.__version__",
             "import verl.workers.engine_workers",
             "import verl.experimental.agent_loop.agent_loop",
+            "import verl.workers.engine.fsdp.transformer_impl",
         ),
     ),
 }
