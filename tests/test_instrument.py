@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import sys
 import threading
 import types
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
+from support.stand_ins import fake_module
 from support.threads import run_threads
 
 import mstx_marks
@@ -30,23 +30,6 @@ def assert_unchanged(owner: object, before: Snapshot) -> None:
     assert [k for k, _ in after] == [k for k, _ in before]
     for (key, old), (_, new) in zip(before, after):
         assert new is old, key
-
-
-def fake_module(monkeypatch: pytest.MonkeyPatch, dotted: str, **attrs: Any) -> types.ModuleType:
-    """Put ``dotted`` in sys.modules with ``attrs``; fake parents keep the real package away."""
-    parts = dotted.split(".")
-    for i in range(1, len(parts)):
-        parent = ".".join(parts[:i])
-        if not getattr(sys.modules.get(parent), "__fake__", False):
-            stub = types.ModuleType(parent)
-            stub.__fake__ = True  # type: ignore[attr-defined]
-            monkeypatch.setitem(sys.modules, parent, stub)
-    module = types.ModuleType(dotted)
-    module.__fake__ = True  # type: ignore[attr-defined]
-    for key, value in attrs.items():
-        setattr(module, key, value)
-    monkeypatch.setitem(sys.modules, dotted, module)
-    return module
 
 
 def names_of(rec: mstx_marks.Recorder) -> list[str]:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.stand_ins import fake_module
 
 import mstx_marks
 from mstx_marks import presets
@@ -293,23 +294,6 @@ def _disarm() -> Iterator[None]:
 # --- apply(): import and patch now; stand-in modules put in sys.modules --------------------------
 
 
-def _module(monkeypatch: pytest.MonkeyPatch, dotted: str, **attrs: Any) -> None:
-    import types
-
-    parts = dotted.split(".")
-    for i in range(1, len(parts)):
-        parent = ".".join(parts[:i])
-        if parent not in sys.modules or not getattr(sys.modules[parent], "__stand_in__", False):
-            stub = types.ModuleType(parent)
-            stub.__stand_in__ = True  # type: ignore[attr-defined]
-            monkeypatch.setitem(sys.modules, parent, stub)
-    module = types.ModuleType(dotted)
-    module.__stand_in__ = True  # type: ignore[attr-defined]
-    for key, value in attrs.items():
-        setattr(module, key, value)
-    monkeypatch.setitem(sys.modules, dotted, module)
-
-
 class _Scheduler:
     def __init__(self, pending: int) -> None:
         self.pending = pending
@@ -337,7 +321,7 @@ class EngineCore:
 def test_vllm_engine_steps_30_to_69_of_200_and_undo_restores(
     monkeypatch: pytest.MonkeyPatch, recorder: mstx_marks.Recorder
 ) -> None:
-    _module(monkeypatch, "vllm.v1.engine.core", EngineCore=EngineCore)
+    fake_module(monkeypatch, "vllm.v1.engine.core", EngineCore=EngineCore)
     before = dict(vars(EngineCore))
     report = mstx_marks.instrument.instrument_vllm(sample=mstx_marks.window(30, 70))
     assert report.patched == ("vllm.v1.engine.core:EngineCore.step",)
@@ -367,7 +351,9 @@ def test_verl_legacy_workers_are_wrapped_and_the_rest_reported(
         def update_actor(self, data: int) -> int:
             return data
 
-    _module(monkeypatch, "verl.workers.fsdp_workers", ActorRolloutRefWorker=ActorRolloutRefWorker)
+    fake_module(
+        monkeypatch, "verl.workers.fsdp_workers", ActorRolloutRefWorker=ActorRolloutRefWorker
+    )
     before = dict(vars(ActorRolloutRefWorker))
     with mstx_marks.instrument.instrument_verl() as report:
         assert ActorRolloutRefWorker().generate_sequences([1, 2]) == [2, 3]
@@ -405,7 +391,7 @@ def test_sglang_forward_by_batch_kind(
         def forward(self, forward_batch: Batch, skip_attn_backend_init: bool = False) -> str:
             return forward_batch.forward_mode.kind
 
-    _module(monkeypatch, "sglang.srt.model_executor.model_runner", ModelRunner=ModelRunner)
+    fake_module(monkeypatch, "sglang.srt.model_executor.model_runner", ModelRunner=ModelRunner)
     with mstx_marks.instrument.instrument_sglang():
         kinds = [ModelRunner().forward(Batch(k)) for k in ("extend", "decode", "idle", "decode")]
     assert kinds == ["extend", "decode", "idle", "decode"]

@@ -46,6 +46,7 @@ __all__ = [
     "apply",
     "arm",
     "framework_version",
+    "named_per_call",
     "patched",
     "targets",
 ]
@@ -92,6 +93,32 @@ def wrap_calls(owner: Any, attr: str, target: Target, options: Options) -> Instr
     """The plain way: every call of ``owner.attr`` is one range named ``target.phase``."""
     site = options.site(target.phase, target.domain)
     return replace(owner, attr, lambda o, a, raw: rewrap(raw, functools.partial(_wrap, site=site)))
+
+
+def named_per_call(
+    classify: Callable[[Any, Any], str | None], names: tuple[str, ...]
+) -> Callable[[Any, str, Target, Options], Instrumented]:
+    """A patch under which each call of ``f(self, arg, ...)`` is a range named
+    ``classify(self, arg)`` (one of ``names``), or no range when it gives None: an engine step
+    by what its batch holds, an idle poll not at all. ``classify`` must not raise."""
+
+    def patch(owner: Any, attr: str, target: Target, options: Options) -> Instrumented:
+        sites = {name: options.site(name, target.domain) for name in names}
+
+        def wrap(o: object, a: str, raw: Callable[..., Any]) -> Callable[..., Any]:
+            @functools.wraps(raw)
+            def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+                name = classify(self, args[0] if args else None)
+                if name is None:
+                    return raw(self, *args, **kwargs)
+                with sites[name]:
+                    return raw(self, *args, **kwargs)
+
+            return call
+
+        return replace(owner, attr, wrap)
+
+    return patch
 
 
 class Target(NamedTuple):

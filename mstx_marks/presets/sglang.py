@@ -17,11 +17,9 @@ none for an idle forward (domain ``sglang``).
 
 from __future__ import annotations
 
-import functools
-from typing import Any, Callable
+from typing import Any
 
-from ..instrument import Instrumented, replace
-from . import Options, Target
+from . import Target, named_per_call
 
 __all__ = ["TARGETS", "forward_kind"]
 
@@ -37,21 +35,10 @@ def forward_kind(forward_batch: Any) -> str | None:
         return "prefill_batch"
 
 
-def model_forward(owner: Any, attr: str, target: Target, options: Options) -> Instrumented:
-    sites = {kind: options.site(kind, target.domain) for kind in ("prefill_batch", "decode_batch")}
-
-    def wrap(o: object, a: str, raw: Callable[..., Any]) -> Callable[..., Any]:
-        @functools.wraps(raw)
-        def forward(self: Any, forward_batch: Any, *args: Any, **kwargs: Any) -> Any:
-            kind = forward_kind(forward_batch)
-            if kind is None:
-                return raw(self, forward_batch, *args, **kwargs)
-            with sites[kind]:
-                return raw(self, forward_batch, *args, **kwargs)
-
-        return forward
-
-    return replace(owner, attr, wrap)
+#: ``ModelRunner.forward(forward_batch, ...)`` as a range named by the batch kind.
+model_forward = named_per_call(
+    lambda runner, batch: forward_kind(batch), ("prefill_batch", "decode_batch")
+)
 
 
 TARGETS: tuple[Target, ...] = (

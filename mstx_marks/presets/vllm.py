@@ -31,11 +31,9 @@ The front end's ``LLMEngine.step`` is not patched: it times the queue, not the m
 
 from __future__ import annotations
 
-import functools
-from typing import Any, Callable
+from typing import Any
 
-from ..instrument import Instrumented, replace
-from . import Options, Target
+from . import Target, named_per_call
 
 __all__ = ["TARGETS", "batch_kind"]
 
@@ -76,45 +74,19 @@ def _has_work(scheduler: Any) -> bool:
     return bool(unfinished())
 
 
-def engine_step(owner: Any, attr: str, target: Target, options: Options) -> Instrumented:
-    """``EngineCore.step`` as one range per model step: the idle polls that find no request,
-    and the clean-up step after the last request finished (0 tokens scheduled), are not
-    marked and do not count for sampling."""
-    site = options.site(target.phase, target.domain)
-
-    def wrap(o: object, a: str, raw: Callable[..., Any]) -> Callable[..., Any]:
-        @functools.wraps(raw)
-        def step(self: Any, *args: Any, **kwargs: Any) -> Any:
-            try:
-                idle = not _has_work(self.scheduler)
-            except Exception:
-                idle = False
-            if idle:
-                return raw(self, *args, **kwargs)
-            with site:
-                return raw(self, *args, **kwargs)
-
-        return step
-
-    return replace(owner, attr, wrap)
+def _step_name(engine: Any, arg: Any) -> str | None:
+    try:
+        return "vllm_one_step" if _has_work(engine.scheduler) else None
+    except Exception:  # another vLLM's scheduler: every step is one
+        return "vllm_one_step"
 
 
-def execute_model(owner: Any, attr: str, target: Target, options: Options) -> Instrumented:
-    """A worker's ``execute_model(scheduler_output)`` as a range named by the batch kind."""
-    sites = {kind: options.site(kind, target.domain) for kind in _KINDS}
-
-    def wrap(o: object, a: str, raw: Callable[..., Any]) -> Callable[..., Any]:
-        @functools.wraps(raw)
-        def execute(self: Any, scheduler_output: Any, *args: Any, **kwargs: Any) -> Any:
-            kind = batch_kind(scheduler_output)
-            if kind is None:
-                return raw(self, scheduler_output, *args, **kwargs)
-            with sites[kind]:
-                return raw(self, scheduler_output, *args, **kwargs)
-
-        return execute
-
-    return replace(owner, attr, wrap)
+#: ``EngineCore.step`` as one range per model step: the idle polls that find no request, and the
+#: clean-up step after the last request finished (0 tokens scheduled), are not marked and do not
+#: count for sampling.
+engine_step = named_per_call(_step_name, ("vllm_one_step",))
+#: A worker's ``execute_model(scheduler_output)`` as a range named by the batch kind.
+execute_model = named_per_call(lambda worker, out: batch_kind(out), _KINDS)
 
 
 _CORE = "vllm.v1.engine.core"
