@@ -901,9 +901,9 @@ def test_spawned_child_runs_and_records(monkeypatch: pytest.MonkeyPatch) -> None
 
     monkeypatch.setenv("MSTX_MARKS_BACKEND", "record")
     ctx = multiprocessing.get_context("spawn")
-    with ctx.Pool(1) as pool:
-        result, pid, recs = pool.apply(run_in_child, (5,))
-        via_pickle = pool.apply(triple, (2,))
+    with ctx.Pool(1) as pool:  # bounded: a stuck child fails the test instead of hanging it
+        result, pid, recs = pool.apply_async(run_in_child, (5,)).get(timeout=120)
+        via_pickle = pool.apply_async(triple, (2,)).get(timeout=120)
     assert (result, via_pickle) == (15, 6)
     assert pid != os.getpid()
     assert recs == [("child_work", "verl", "range", True, pid)]
