@@ -896,14 +896,30 @@ def test_mark_objects_pickle_as_fresh_marks(recorder: mstx_marks.Recorder) -> No
     assert all(r.end_ns is not None for r in recorder.records())
 
 
+def _spawned(conn: Any, x: int, decorated: Any) -> None:
+    conn.send((run_in_child(x), decorated(2)))
+    conn.close()
+
+
 def test_spawned_child_runs_and_records(monkeypatch: pytest.MonkeyPatch) -> None:
     import os
 
     monkeypatch.setenv("MSTX_MARKS_BACKEND", "record")
     ctx = multiprocessing.get_context("spawn")
-    with ctx.Pool(1) as pool:  # bounded: a stuck child fails the test instead of hanging it
-        result, pid, recs = pool.apply_async(run_in_child, (5,)).get(timeout=120)
-        via_pickle = pool.apply_async(triple, (2,)).get(timeout=120)
+    # A Process and a pipe, not a Pool: a Pool whose worker dies waits for ever; this fails
+    # within a bound, with the child's exit code.
+    receiver, sender = ctx.Pipe(duplex=False)
+    child = ctx.Process(target=_spawned, args=(sender, 5, triple))  # triple travels pickled
+    child.start()
+    sender.close()
+    try:
+        assert receiver.poll(120), f"the child sent nothing (exit code {child.exitcode})"
+        (result, pid, recs), via_pickle = receiver.recv()
+    finally:
+        child.join(60)
+        if child.is_alive():
+            child.kill()
+    assert child.exitcode == 0
     assert (result, via_pickle) == (15, 6)
     assert pid != os.getpid()
     assert recs == [("child_work", "verl", "range", True, pid)]
