@@ -1,6 +1,9 @@
-"""Doctest examples that build a real profiler need torch, an optional dependency: where torch
-does not import, they are skipped rather than failed, so ``pytest mstx_marks`` is green on a
-machine with the standard library only."""
+"""A pytest plugin (``-p support.doctest_torch``, in pyproject's addopts): doctest examples that
+build a real profiler need torch, an optional dependency; where torch does not import they are
+skipped rather than failed, so ``pytest mstx_marks`` is green with the standard library only.
+
+A plugin, not a ``conftest.py`` at the top of the repository: that one would shadow
+``tests/conftest.py`` for ``from conftest import ...`` in spawned children."""
 
 from __future__ import annotations
 
