@@ -263,3 +263,14 @@ def test_cli_prints_the_table(capsys: pytest.CaptureFixture[str]) -> None:
     assert capsys.readouterr().out.strip() == phases.phases_table()
     assert phases.phases_cli(["--bogus"]) == 2  # argparse's exit ends in cli.main, not here
     assert "unrecognized arguments: --bogus" in capsys.readouterr().err
+
+
+def test_indexed_phases_are_memoized_so_mark_caches_one_site_each() -> None:
+    from mstx_marks import mark, ranges
+
+    assert phases.MICRO_BATCH.at(3) is phases.MICRO_BATCH.at(3)
+    before = len(ranges._cached.get(None, {}))
+    for _ in range(100):
+        for i in range(4):
+            mark(phases.MICRO_BATCH.at(i))
+    assert len(ranges._cached.get(None, {})) - before <= 4  # one entry per index, not per call
