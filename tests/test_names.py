@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from conftest import caught
 
 import mstx_marks
-from conftest import caught
 from mstx_marks import MAX_NAME_BYTES, Phase, instant, mark, mstx_range
 
 # --- names and domains ----------------------------------------------------------------------------

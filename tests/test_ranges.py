@@ -14,10 +14,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from conftest import Failing, Tape, caught
 from support.threads import run_threads
 
 import mstx_marks
-from conftest import Failing, Tape, caught
 from mstx_marks import (
     Phase,
     configure,
