@@ -15,6 +15,19 @@ import mstx_marks
 from mstx_marks.backends.record import Recorder
 from mstx_marks.export import flush_at_exit, read_ascend_db, read_chrome_trace
 
+
+@pytest.fixture(autouse=True)
+def _no_exit_hooks(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """The in-process tests call their flush themselves; their exit hooks would run when pytest
+    ends, long after the test's files and settings are gone."""
+    import types
+
+    registered: list[object] = []
+    fake = types.SimpleNamespace(register=registered.append)
+    monkeypatch.setattr("mstx_marks.export.flush.atexit", fake)
+    return registered
+
+
 _STOPPED_WORKER = """
 import sys, time
 from mstx_marks.backends.record import default_recorder
