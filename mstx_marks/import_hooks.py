@@ -97,35 +97,15 @@ _finder = _Finder()
 def when_imported(name: str, hook: Hook) -> None:
     """Call ``hook(module)`` once module ``name`` is imported: now, or right after its import.
 
-    A hook that raises is reported with one warning; the import itself always succeeds.
+    A hook that raises is reported with one warning; the import itself always succeeds. (A
+    module cannot be half-imported when a preset arms: Python imports a package's parents, the
+    framework's ``__init__`` that loads our plugin included, before the module itself.)
     """
     module = sys.modules.get(name)
-    if module is not None and not _initializing(module):
+    if module is not None:
         _run(hook, module)
         return
     with _lock:
         _pending.setdefault(name, []).append(hook)
         if _finder not in sys.meta_path:
             sys.meta_path.insert(0, _finder)
-    if module is not None:  # mid-import (a plugin loaded from inside it): run when it finishes
-        _later(name, module)
-
-
-def _initializing(module: ModuleType) -> bool:
-    spec = getattr(module, "__spec__", None)
-    return bool(getattr(spec, "_initializing", False))
-
-
-def _later(name: str, module: ModuleType) -> None:
-    """``name`` is executing right now (our caller runs inside its import): its loader was chosen
-    before our hook existed, so poll from a thread until its spec says it is done."""
-
-    def wait() -> None:
-        while _initializing(module):
-            threading.Event().wait(0.01)
-        with _lock:
-            hooks = _pending.pop(name, [])
-        for hook in hooks:
-            _run(hook, module)
-
-    threading.Thread(target=wait, name=f"mstx_marks: after {name}", daemon=True).start()

@@ -57,7 +57,9 @@ class ExperimentalConfigArgs(Dict[str, Any]):
 
 
 def _level(level: object) -> str:
-    if not isinstance(level, str) or level.lower() not in LEVELS:
+    if not isinstance(level, str):
+        raise TypeError(f"level must be a str, got {type(level).__name__} {level!r}")
+    if level.lower() not in LEVELS:
         raise ValueError(f"level {level!r} must be one of {', '.join(LEVELS)}")
     return LEVELS[level.lower()]
 

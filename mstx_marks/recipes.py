@@ -50,7 +50,6 @@ from .diagnostics import warn_once
 from .import_hooks import when_imported
 from .instrument import Instrumented, replace
 from .profiler import experimental_config
-from .profiler_options import LEVELS
 from .ranges import rewrap
 
 __all__ = [
@@ -508,14 +507,11 @@ actor_log_prob_micro_batch, update_mini_batch, update_micro_batch
     warmup = check_int(warmup, "warmup")
     active = check_int(active, "active", 1)
     repeat = check_int(repeat, "repeat", 1)
-    if not isinstance(level, str):
-        raise TypeError(f"level must be a str, got {type(level).__name__} {level!r}")
-    if level.lower() not in LEVELS:
-        raise ValueError(f"level {level!r} must be one of {', '.join(LEVELS)}")
     if not isinstance(export, str):
         export = list(export) if isinstance(export, Sequence) else export
-    # The same checks build_profiler makes later, made now (mstx_supported: no torch_npu probe).
-    experimental_config(level.lower(), export, mstx_supported=True)
+    # The checks build_profiler makes later (level, export), made now; mstx_supported: no
+    # torch_npu probe.
+    experimental_config(level, export, mstx_supported=True)
     folder = _check_out(out)
     handle = Capture(
         row,
@@ -523,7 +519,7 @@ actor_log_prob_micro_batch, update_mini_batch, update_micro_batch
         warmup=warmup,
         active=active,
         repeat=repeat,
-        level=level.lower(),
+        level=level.lower(),  # a str: experimental_config checked it
         export=export,
         out=folder,
     )
