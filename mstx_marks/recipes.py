@@ -35,6 +35,7 @@ one is done. ``python -m mstx_marks recipes`` prints :func:`recipes_table`.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import functools
 import os
@@ -530,6 +531,21 @@ actor_log_prob_micro_batch, update_mini_batch, update_micro_batch
     for module_name, path in row.targets:
         when_imported(module_name, functools.partial(_attach, handle, module_name, path))
     return handle
+
+
+@atexit.register
+def _stop_unfinished() -> None:
+    """A loop that ended before its schedule did: stop the profiler so the trace of the steps
+    that ran is written, and say so once, rather than lose the capture silently."""
+    for capture in list(_armed):
+        if capture.profiler is None:
+            continue  # never started here: this process does not run the loop
+        warn_once(
+            ("recipe unfinished", capture.recipe.name),
+            f"recipe {capture.recipe.name}: the process ends after {capture.steps} of its"
+            f" {capture.total} steps; the trace in {capture.save_path} holds those",
+        )
+        capture.undo()
 
 
 def armed() -> tuple[Capture, ...]:

@@ -752,3 +752,20 @@ def test_real_vllm_worker_execute_model_is_wrapped_after_import(tmp_path: Path) 
     assert done.returncode == 0, done.stderr[-4000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result == {"ours": True, "cpu_inherits": True, "name": "execute_model", "restored": True}
+
+
+def test_a_loop_that_ends_early_is_stopped_at_exit_and_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, warned: Any
+) -> None:
+    monkeypatch.setenv("MSTX_MARKS_ROLE", "rollout")
+    Worker = make_vllm_worker()
+    stand_in(monkeypatch, GPU_WORKER, Worker=Worker)
+    original = vars(Worker)["execute_model"]
+    handle = recipes.capture("rollout_decode", wait=0, warmup=0, active=5, out=str(tmp_path))
+    Worker().execute_model(0)  # 1 of 5 active steps, then the process ends
+    with warned() as w:
+        recipes._stop_unfinished()  # what atexit runs
+    assert handle.done and vars(Worker)["execute_model"] is original
+    messages = [str(x.message) for x in w]
+    assert any("ends after 1 of its 5 steps" in m for m in messages), messages
+    assert traced_names(tmp_path / "rollout_rollout_decode") == ["call0"]  # what ran is kept
