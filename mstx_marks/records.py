@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, List, Literal, NamedTuple, Optional, Tuple, Union
+from typing import Any, Iterable, List, Literal, Mapping, NamedTuple, Optional, Tuple, Union
 
 __all__ = [
     "STEP_PHASE",
@@ -48,6 +48,8 @@ class RangeRecord(NamedTuple):
     thread: int
     pid: int
     open: bool = False
+    #: What the user attached (``mark(name, args={...})``); ``None`` when nothing was.
+    args: Optional[Mapping[str, Any]] = None
 
     @property
     def kind(self) -> Literal["range"]:
@@ -66,6 +68,8 @@ class InstantRecord(NamedTuple):
     start_ns: int
     thread: int
     pid: int
+    #: What the user attached (``instant(name, args={...})``); ``None`` when nothing was.
+    args: Optional[Mapping[str, Any]] = None
 
     @property
     def kind(self) -> Literal["instant"]:
