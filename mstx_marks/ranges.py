@@ -16,14 +16,15 @@ may be entered many times at once.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import inspect
 import sys
 import threading
 from collections.abc import AsyncGenerator, Generator, MutableMapping
+from threading import get_ident
 from time import perf_counter
-from typing import Any, Callable, TypeVar, Union, overload
+from types import FrameType
+from typing import Any, Callable, Tuple, TypeVar, Union, overload
 
 from .backends.base import EndFn
 from .names import SAFE_CHARS, check_name, fit_name
@@ -36,7 +37,8 @@ __all__ = ["Mark", "Range", "Timed", "instant", "mark", "mstx_range"]
 F = TypeVar("F", bound=Callable[..., Any])
 Name = Union[str, Phase]
 
-_overflow_lock = threading.Lock()
+# Reentrant: a signal handler entering a shared Mark may interrupt its own thread holding it.
+_overflow_lock = threading.RLock()
 
 
 def _site_name(name: object, domain: str | None) -> tuple[str, str | None]:
@@ -185,19 +187,8 @@ def _target_name(target: Any) -> str:
     return getattr(func, "__qualname__", None) or getattr(func, "__name__", None) or repr(func)
 
 
-_CONTEXTLIB = contextlib.__file__
-
-
-def _entry_key() -> int:
-    """The frame running the ``with`` that calls ``mark.__enter__``/``__exit__`` (via its caller).
-
-    ``contextlib`` frames are skipped: ``ExitStack.enter_context`` and ``ExitStack.__exit__``
-    call the two from different frames of their own, both run from the user's ``with``.
-    """
-    frame = sys._getframe(2)
-    while frame.f_code.co_filename == _CONTEXTLIB and frame.f_back is not None:
-        frame = frame.f_back
-    return id(frame)
+#: One entry of a shared Mark beyond its first: the frame that entered, its handle and end.
+_Entry = Tuple[FrameType, Any, Any]
 
 
 class Mark:
@@ -214,7 +205,17 @@ class Mark:
     ...         pass
     """
 
-    __slots__ = ("_decide", "_end", "_gate", "_more", "_rid", "_sample", "domain", "name")
+    __slots__ = (
+        "_decide",
+        "_end",
+        "_frame",
+        "_gate",
+        "_more",
+        "_rid",
+        "_sample",
+        "domain",
+        "name",
+    )
 
     def __init__(
         self,
@@ -231,7 +232,9 @@ class Mark:
         self.domain = g.domain
         self._gate = g
         self._rid: Any = None  # None: no entry holds the fast slot
-        self._more: dict[int, list[tuple[Any, Any]]] | None = None
+        self._frame: FrameType | None = None
+        # Entries made while the slot was held, by the thread that made them, newest last.
+        self._more: dict[int, list[_Entry]] | None = None
         self._sample = sample
         self._decide: Decisions | None = None
         if sample is not None:
@@ -251,32 +254,67 @@ class Mark:
                 handle = start(self.name, self.domain)
             except Exception as exc:
                 handle = fault(start, exc)
-        # The first entry keeps its range in a slot. Re-entries (nested, other threads, tasks,
-        # generators) are keyed by the frame running the `with`, which is the same frame at exit.
+        # The first entry keeps its range in a slot, with the frame that entered it; claiming the
+        # slot is a check and stores with no call between them, which the GIL does not split.
+        # Later entries (nested, other threads, tasks, generators, hooks) go to `_more`.
         if self._rid is None and not self._more:
             # `or 0`: a backend may say "not recorded" with None, which would free the slot.
-            self._rid, self._end = handle or 0, end
+            self._rid, self._end, self._frame = handle or 0, end, sys._getframe(1)
         else:
-            self._overflow().setdefault(_entry_key(), []).append((handle, end))
+            with _overflow_lock:
+                if self._more is None:
+                    self._more = {}
+                self._more.setdefault(get_ident(), []).append((sys._getframe(1), handle, end))
         return self
 
-    def _overflow(self) -> dict[int, list[tuple[Any, Any]]]:
-        with _overflow_lock:
-            if self._more is None:
-                self._more = {}
-            return self._more
+    def _pick(self, frame: FrameType) -> tuple[Any, Any]:
+        """The entry an exit from ``frame`` closes, with other entries in flight: the newest one
+        this frame entered; else this thread's newest (enter and exit in two hooks); else the
+        slot; else another thread's newest (entered there, exited here)."""
+        more = self._more or {}
+        tid = get_ident()
+        mine = more.get(tid)
+        chosen: _Entry | None = None
+        if mine:
+            for i in range(len(mine) - 1, -1, -1):
+                if mine[i][0] is frame:
+                    chosen = mine.pop(i)
+                    break
+        if chosen is None and self._rid is not None and self._frame is frame:
+            return self._take_slot()
+        if chosen is None and mine:
+            chosen = mine.pop()
+        if chosen is None:
+            if self._rid is not None:
+                return self._take_slot()
+            tid, mine = next(((t, m) for t, m in more.items() if m), (tid, None))
+            if not mine:
+                return 0, None
+            chosen = mine.pop()
+        if not mine:
+            more.pop(tid, None)
+        return chosen[1], chosen[2]
+
+    def _take_slot(self) -> tuple[Any, Any]:
+        handle, end = self._rid, self._end
+        self._rid = self._frame = None
+        return handle, end
 
     def __exit__(self, *exc_info: object) -> None:
-        more = self._more
-        key = _entry_key() if more else 0
-        entries = more.get(key) if more else None
-        if entries:
-            handle, end = entries.pop()
-            if not entries:
-                del more[key]  # type: ignore[union-attr]
+        if self._more:
+            frame = sys._getframe(1)
+            with _overflow_lock:
+                for _ in range(3):  # a signal handler that used this Mark meanwhile: look again
+                    try:
+                        handle, end = self._pick(frame)
+                        break
+                    except (IndexError, RuntimeError):
+                        continue
+                else:
+                    handle, end = 0, None
         else:
             handle = self._rid
-            self._rid = None
+            self._rid = self._frame = None
             end = self._end if handle else None
         if handle:
             try:
