@@ -1,18 +1,19 @@
 from __future__ import annotations
 
 import csv
-import os
+import json
 import re
-import shutil
+import socket
 import sqlite3
 import subprocess
-import sys
+import time
 import types
 from collections import defaultdict
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
+from support.npu_stand_in import msprof_analyze as _msprof_analyze
 from support.recorded import PID, T0, TID, recorded_rank, records, rng, synthetic_rank
 
 from mstx_marks.export import (
@@ -33,11 +34,18 @@ def _rows(db: Path, query: str) -> list[tuple[object, ...]]:
 
 
 def test_layout_and_schema_are_what_msprof_analyze_reads(tmp_path: Path) -> None:
-    db = write_ascend_db(ascend_db_path(tmp_path, 3, worker="w", timestamp_ms=9), synthetic_rank(3))
-    assert db.relative_to(tmp_path).as_posix() == (
-        "w_9_ascend_pt/ASCEND_PROFILER_OUTPUT/ascend_pytorch_profiler_3.db"
+    # 2023-11-14 22:13:20.009 UTC, named in local time as torch_npu names its folders.
+    stamp = 1_700_000_000_009
+    db = write_ascend_db(
+        ascend_db_path(tmp_path, 3, worker="h_42", timestamp_ms=stamp), synthetic_rank(3)
     )
-    assert (tmp_path / "w_9_ascend_pt" / "profiler_info_3.json").is_file()
+    local = time.strftime("%Y%m%d%H%M%S", time.localtime(stamp // 1000)) + "009"
+    assert db.relative_to(tmp_path).as_posix() == (
+        f"h_42_{local}_ascend_pt/ASCEND_PROFILER_OUTPUT/ascend_pytorch_profiler_3.db"
+    )
+    info = json.loads((tmp_path / f"h_42_{local}_ascend_pt" / "profiler_info_3.json").read_text())
+    assert info["rank_id"] == 3 and info["config"]["experimental_config"]["_export_type"] == ["db"]
+    assert set(info) >= {"config", "start_info", "end_info", "rank_id"}
     cols = [r[1] for r in _rows(db, "PRAGMA table_info(MSTX_EVENTS)")]
     assert cols == [
         "startNs", "endNs", "eventType", "rangeId", "category", "message", "globalTid",
@@ -110,21 +118,6 @@ def test_bad_databases_are_errors_naming_the_file(
     with pytest.raises(TraceFileError, match=problem) as info:
         read_ascend_db(path)
     assert str(info.value).startswith(str(path))
-
-
-def _msprof_analyze() -> str:
-    # pip puts its script beside this interpreter, which need not be on PATH.
-    beside = Path(sys.executable).with_name("msprof-analyze")
-    exe = (
-        os.environ.get("MSPROF_ANALYZE")
-        or shutil.which("msprof-analyze")
-        or (str(beside) if beside.exists() else None)
-    )
-    if exe is None:
-        if os.environ.get("CI"):
-            pytest.fail("msprof-analyze is not installed (pip install msprof-analyze==26.2.0)")
-        pytest.skip("msprof-analyze is not installed; set MSPROF_ANALYZE or install it")
-    return exe
 
 
 def _base_name(name: str) -> str:
@@ -221,3 +214,104 @@ def test_names_sqlite_cannot_encode_are_replaced_not_fatal(tmp_path: Path) -> No
     rec = RangeRecord("bad\ud800name", "default", T0, T0 + 5, TID, PID)
     back = read_ascend_db(write_ascend_db(tmp_path / "a.db", RankTrace(0, [rec])))
     assert [(r.name, r.end_ns) for r in back.records] == [("bad\ufffdname", T0 + 5)]
+
+
+_DIST = {"world_size": 2, "tensor_model_parallel_size": 1, "pipeline_model_parallel_size": 2}
+
+
+def _two_ranks(run: Path) -> list[Path]:
+    dbs = []
+    for rank in range(2):
+        trace = synthetic_rank(rank)
+        trace.role = "actor"
+        path = ascend_db_path(run, rank)
+        dbs.append(write_ascend_db(path, trace, metadata={"distributed_args": _DIST}))
+    return dbs
+
+
+def test_metadata_tables_of_a_real_capture(tmp_path: Path) -> None:
+    db = _two_ranks(tmp_path)[1]
+    assert _rows(db, "SELECT id, name FROM ENUM_MSTX_EVENT_TYPE ORDER BY id") == [
+        (0, "marker"), (1, "push/pop"), (2, "start/end"), (3, "marker_ex"),
+    ]  # fmt: skip
+    ((start, end),) = _rows(db, "SELECT startTimeNs, endTimeNs FROM SESSION_TIME_INFO")
+    assert (start, end) == _rows(db, "SELECT MIN(startNs), MAX(endNs) FROM MSTX_EVENTS")[0]
+    meta = dict(_rows(db, "SELECT name, value FROM META_DATA"))
+    assert meta["SCHEMA_VERSION"] == "1.0.0" and meta["SCHEMA_VERSION_MAJOR"] == "1"
+    assert json.loads(meta["distributed_args"]) == _DIST and json.loads(meta["role"]) == "actor"
+    assert _rows(db, "SELECT rankId, deviceId FROM RANK_DEVICE_MAP") == [(1, -1)]
+    ((uid, host),) = _rows(db, "SELECT hostUid, hostName FROM HOST_INFO")
+    assert uid.isdigit() and host
+    folder = db.parent.parent
+    assert re.fullmatch(r".+_\d+_\d{17}_ascend_pt", folder.name)
+    assert json.loads((folder / "profiler_metadata.json").read_text())["role"] == "actor"
+    tables = {r[0] for r in _rows(db, "SELECT name FROM sqlite_master WHERE type='table'")}
+    assert not tables & {"TASK", "COMPUTE_TASK_INFO", "PYTORCH_API"}  # never empty device tables
+
+
+def test_dp_analysis_marks_are_marker_events_and_read_back(tmp_path: Path) -> None:
+    from mstx_marks.records import InstantRecord
+
+    recs: list[Record] = [
+        InstantRecord("{}", "step_process", T0, TID, PID),
+        InstantRecord("x", "default", T0 + 1, TID, PID),
+    ]
+    db = write_ascend_db(tmp_path / "a.db", RankTrace(0, recs))
+    assert _rows(db, "SELECT eventType FROM MSTX_EVENTS ORDER BY startNs") == [(0,), (3,)]
+    assert [r.domain for r in read_ascend_db(db).instants] == ["step_process", "default"]
+
+
+def test_real_cluster_all_lists_our_ranks(tmp_path: Path) -> None:
+    exe = _msprof_analyze()
+    _two_ranks(tmp_path / "run")
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        [exe, "cluster", "-m", "all", "-d", str(tmp_path / "run"), "-o", str(out), "--force"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    result = out / "cluster_analysis_output" / "cluster_analysis.db"
+    assert result.is_file(), proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert [json.loads(v) for k, v in _rows(result, "SELECT * FROM ClusterBaseInfo")] == [_DIST]
+    ((uid, host),) = _rows(result, "SELECT hostUid, hostName FROM HostInfo")
+    assert host == socket.gethostname()
+    ranks = _rows(result, "SELECT rankId, deviceId, hostUid FROM RankDeviceMap ORDER BY rankId")
+    assert ranks == [(0, -1, uid), (1, -1, uid)]
+
+
+# MindStudio Insight's own queries, from its server source (gitcode.com/Ascend/msinsight, mirrored
+# at https://github.com/xiaobingling93-pixel/Ascend-msinsight/blob/
+# 91d1c4ec21625acb702dc65389b08780dfce0bf6/server/src/modules/timeline/core/database/
+# DbTraceDataBase.cpp: UpdateStartTime, QueryRankId / QueryRankIdAndDeviceMap, QueryHostInfo;
+# .../core/dataEngine/MstxRepo.cpp QuerySliceDetailInfo with EnumMstxEventTypeTable.h and
+# TextTableColum.h for the column names). With no PYTORCH_API table Insight takes the time base
+# from SESSION_TIME_INFO, and the rank from RANK_DEVICE_MAP.
+_INSIGHT_TIME = "SELECT startTimeNs, endTimeNs FROM SESSION_TIME_INFO"
+_INSIGHT_RANK = "SELECT DISTINCT rankId FROM RANK_DEVICE_MAP"
+_INSIGHT_RANK_DEVICE = "SELECT DISTINCT deviceId, rankId FROM RANK_DEVICE_MAP"
+_INSIGHT_HOST = "select hostName||hostUid||'' as host from HOST_INFO"
+_INSIGHT_SLICE = "SELECT rowid, startNs, endNs, message, eventType FROM MSTX_EVENTS WHERE rowid = ?"
+_INSIGHT_STRING = "SELECT id, value FROM STRING_IDS WHERE id IN (?)"
+_INSIGHT_TYPE = "SELECT id, name FROM ENUM_MSTX_EVENT_TYPE WHERE id IN (?)"
+_INSIGHT_DEPTH = "alter table MSTX_EVENTS add depth integer;"  # Insight writes into the file
+
+
+def test_mindstudio_insight_queries_run_on_our_database(tmp_path: Path) -> None:
+    db = _two_ranks(tmp_path)[1]
+    trace = synthetic_rank(1)
+    with sqlite3.connect(db) as conn:
+        ((start, end),) = conn.execute(_INSIGHT_TIME).fetchall()
+        assert start == min(r.start_ns for r in trace.records) and end > start
+        assert conn.execute(_INSIGHT_RANK).fetchall() == [(1,)]
+        assert conn.execute(_INSIGHT_RANK_DEVICE).fetchall() == [(-1, 1)]
+        ((host,),) = conn.execute(_INSIGHT_HOST).fetchall()
+        assert host.startswith(socket.gethostname())
+        first = min(trace.ranges, key=lambda r: r.start_ns)
+        rowid = conn.execute("SELECT rowid FROM MSTX_EVENTS ORDER BY startNs LIMIT 1").fetchone()
+        ((_, s, e, message, kind),) = conn.execute(_INSIGHT_SLICE, rowid).fetchall()
+        assert (s, e) == (first.start_ns, first.end_ns)
+        assert conn.execute(_INSIGHT_STRING, (message,)).fetchall()[0][1] == first.name
+        assert conn.execute(_INSIGHT_TYPE, (kind,)).fetchall() == [(2, "start/end")]
+        conn.execute(_INSIGHT_DEPTH)
+    assert read_ascend_db(db).records  # still ours to read after Insight altered it

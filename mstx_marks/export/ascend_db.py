@@ -1,20 +1,37 @@
 """The Ascend PyTorch profiler's SQLite layout, as torch_npu writes it and msprof-analyze reads it.
 
-Per rank, ``<worker>_<ms timestamp>_ascend_pt/ASCEND_PROFILER_OUTPUT/`` holds
-``ascend_pytorch_profiler_<rank>.db`` with three tables:
+Per rank, ``<host>_<pid>_<YYYYmmddHHMMSSfff>_ascend_pt/`` (torch_npu's folder name, local time)
+holds ``profiler_info_<rank>.json`` (the fields torch_npu writes: ``config`` with
+``common_config`` and ``experimental_config``, ``start_info``, ``end_info``, ``rank_id``),
+``profiler_metadata.json`` (the process ``role``, which verl's rl-insight reads, and what
+:func:`add_metadata` was given: ``distributed_args``, ``parallel_group_info``, ``pp_info``) and
+``ASCEND_PROFILER_OUTPUT/ascend_pytorch_profiler_<rank>.db`` with the tables of a real capture
+that a CPU recording can fill honestly:
 
 - ``STRING_IDS(id, value)``: every message and domain name, stored once;
-- ``MSTX_EVENTS``: ranges as ``eventType`` 2 and instants as 3, ``globalTid`` = pid << 32 | tid,
-  and a unique ``connectionId`` per event, because msprof-analyze's ``mstx_sum`` drops ranges
-  whose ``connectionId`` is NULL or 4294967295 (how torch_npu marks host-only ranges);
+- ``MSTX_EVENTS``: ranges as ``eventType`` 2, instants as 3 (``marker_ex``, what ``mstx_sum``
+  reads) except those of domain ``step_process``, written as 0 (``marker``, what ``dp_analysis``
+  reads); ``globalTid`` = pid << 32 | tid, and a unique ``connectionId`` per event;
+- ``ENUM_MSTX_EVENT_TYPE(id, name)``: 0 marker, 1 push/pop, 2 start/end, 3 marker_ex;
 - ``STEP_TIME(id, startNs, endNs)``: step boundaries, which ``mstx_sum`` uses to give each range a
-  step id (ids count from 1; ``mstx_sum`` reports ranges outside every step as step 0).
+  step id (ids count from 1; ``mstx_sum`` reports ranges outside every step as step 0);
+- ``SESSION_TIME_INFO(startTimeNs, endTimeNs)``: the recorded span, MindStudio Insight's time base;
+- ``META_DATA(name, value)``: the schema version and the metadata above (values JSON, as
+  torch_npu writes them);
+- ``RANK_DEVICE_MAP(rankId, deviceId)`` (device -1: none known, as torch_npu writes without a
+  device) and ``HOST_INFO(hostUid, hostName)``: the rank and host Insight and
+  ``msprof-analyze cluster`` label the data with.
+
+No device table is written: an empty ``TASK`` makes ``mstx_sum`` fail. **Host-only ranges are
+kept** by ``mstx_sum`` because every event gets its own ``connectionId`` (never NULL nor
+4294967295, the two it drops); with no ``TASK`` it reports their host durations, so its figures
+agree exactly with the recording.
 
 >>> from mstx_marks.records import RangeRecord
 >>> import tempfile, pathlib
 >>> db = ascend_db_path(tempfile.mkdtemp(), rank=3, worker="host_1", timestamp_ms=5)
->>> db.parts[-3:]
-('host_1_5_ascend_pt', 'ASCEND_PROFILER_OUTPUT', 'ascend_pytorch_profiler_3.db')
+>>> db.parts[-3][:7], len(db.parts[-3].split("_")[2]), db.parts[-2:]
+('host_1_', 17, ('ASCEND_PROFILER_OUTPUT', 'ascend_pytorch_profiler_3.db'))
 >>> r = RangeRecord("step", "default", 100, 250, 11, 22)
 >>> t = read_ascend_db(write_ascend_db(db, RankTrace(3, [r])))
 >>> (t.rank, t.steps, t.records[0].end_ns)
@@ -23,31 +40,47 @@ Per rank, ``<worker>_<ms timestamp>_ascend_pt/ASCEND_PROFILER_OUTPUT/`` holds
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
 import socket
 import sqlite3
+import threading
 import time
+from collections.abc import Mapping
 from contextlib import closing
+from datetime import datetime
 from pathlib import Path
+from time import monotonic_ns, time_ns
+from typing import Any
 
 from ..records import InstantRecord, RangeRecord, RankTrace, Record, TraceFileError
 from .files import atomic_path, atomic_write_bytes
 
 __all__ = [
+    "DP_DOMAIN",
     "EVENT_INSTANT",
+    "EVENT_MARKER",
     "EVENT_PUSH_POP",
     "EVENT_RANGE",
     "HOST_ONLY_CONNECTION",
+    "add_metadata",
     "ascend_db_path",
     "read_ascend_db",
     "write_ascend_db",
 ]
 
+EVENT_MARKER = 0
 EVENT_PUSH_POP = 1
 EVENT_RANGE = 2
 EVENT_INSTANT = 3
+#: ``ENUM_MSTX_EVENT_TYPE`` as a real capture holds it.
+EVENT_TYPES = ((0, "marker"), (1, "push/pop"), (2, "start/end"), (3, "marker_ex"))
+#: The domain whose instants ``dp_analysis`` reads as ``marker`` (type 0) events.
+DP_DOMAIN = "step_process"
+#: torch_npu's device id when it knows none.
+NO_DEVICE = -1
 #: The ``connectionId`` torch_npu gives a range that has no device task.
 HOST_ONLY_CONNECTION = 4294967295
 
@@ -63,7 +96,43 @@ CREATE TABLE MSTX_EVENTS (
     connectionId INTEGER
 );
 CREATE TABLE STEP_TIME (id INTEGER PRIMARY KEY, startNs INTEGER, endNs INTEGER);
+CREATE TABLE ENUM_MSTX_EVENT_TYPE (id INTEGER PRIMARY KEY, name TEXT);
+CREATE TABLE SESSION_TIME_INFO (startTimeNs INTEGER, endTimeNs INTEGER);
+CREATE TABLE META_DATA (name TEXT, value TEXT);
+CREATE TABLE RANK_DEVICE_MAP (rankId INTEGER, deviceId INTEGER);
+CREATE TABLE HOST_INFO (hostUid TEXT, hostName TEXT);
 """
+_SCHEMA_VERSION = (("SCHEMA_VERSION_MAJOR", "1"), ("SCHEMA_VERSION_MINOR", "0"),
+                   ("SCHEMA_VERSION_MICRO", "0"), ("SCHEMA_VERSION", "1.0.0"))  # fmt: skip
+
+_metadata: dict[str, Any] = {}
+_metadata_lock = threading.Lock()
+
+
+def add_metadata(name: str, value: Any) -> None:
+    """Record ``name: value`` for this process's databases, as torch_npu's
+    ``prof.add_metadata_json`` does: it goes to ``profiler_metadata.json`` and ``META_DATA``.
+    ``value`` must be JSON-serializable (checked here, not at export).
+
+    >>> add_metadata("pp_info", object())  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    TypeError: metadata 'pp_info' must be JSON-serializable: Object of type object is not ...
+    """
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"metadata name must be a non-empty str, got {name!r}")
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"metadata {name!r} must be JSON-serializable: {exc}") from None
+    with _metadata_lock:
+        _metadata[name] = value
+
+
+def process_metadata() -> dict[str, Any]:
+    """What :func:`add_metadata` recorded in this process so far."""
+    with _metadata_lock:
+        return dict(_metadata)
 
 
 def ascend_db_path(
@@ -80,16 +149,32 @@ def ascend_db_path(
     newest timestamp when a rank has several folders.
     """
     worker = worker or f"{socket.gethostname()}_{os.getpid()}"
-    if timestamp_ms is None:
-        stamp = int(time.time() * 1000)
-        # msprof-analyze reads one rank per folder, so ranks exported by one process in the same
-        # millisecond must not share one: take the next free millisecond.
-        while (Path(out_dir) / f"{worker}_{stamp}_ascend_pt").exists():
-            stamp += 1
-    else:
-        stamp = timestamp_ms
-    folder = Path(out_dir) / f"{worker}_{stamp}_ascend_pt"
+    stamp = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
+    # msprof-analyze reads one rank per folder, so ranks exported by one process in the same
+    # millisecond must not share one: take the next free millisecond.
+    while timestamp_ms is None and (Path(out_dir) / _folder(worker, stamp)).exists():
+        stamp += 1
+    folder = Path(out_dir) / _folder(worker, stamp)
     return folder / "ASCEND_PROFILER_OUTPUT" / f"ascend_pytorch_profiler_{rank}.db"
+
+
+def _folder(worker: str, stamp_ms: int) -> str:
+    """torch_npu's ``<worker>_<YYYYmmddHHMMSSfff>_ascend_pt`` (local time, as torch_npu)."""
+    when = datetime.fromtimestamp(stamp_ms // 1000).strftime("%Y%m%d%H%M%S")
+    return f"{worker}_{when}{stamp_ms % 1000:03d}_ascend_pt"
+
+
+def host_uid() -> str:
+    """A stable id of this host (from the machine id, else the host name), as a decimal str
+    like torch_npu's ``_get_host_uid()``."""
+    seed = socket.gethostname()
+    for source in ("/etc/machine-id", "/var/lib/dbus/machine-id"):
+        try:
+            seed = Path(source).read_text().strip() or seed
+            break
+        except OSError:
+            continue
+    return str(int.from_bytes(hashlib.sha256(seed.encode()).digest()[:8], "big") >> 1)
 
 
 def _storable(text: str) -> str:
@@ -106,23 +191,37 @@ def _rows(trace: RankTrace) -> tuple[dict[str, int], list[tuple[object, ...]]]:
         tid = (rec.pid << 32) | (rec.thread & 0xFFFFFFFF)
         event_id = len(rows) + 1
         if isinstance(rec, InstantRecord):
-            kind, end = EVENT_INSTANT, rec.start_ns
+            kind = EVENT_MARKER if rec.domain == DP_DOMAIN else EVENT_INSTANT
+            end = rec.start_ns
         else:
             kind, end = EVENT_RANGE, rec.end_ns
         rows.append((rec.start_ns, end, kind, event_id, None, msg, tid, tid, dom, event_id))
     return ids, rows
 
 
-def write_ascend_db(path: str | Path, trace: RankTrace) -> Path:
+def write_ascend_db(
+    path: str | Path, trace: RankTrace, *, metadata: Mapping[str, Any] | None = None
+) -> Path:
     """Write ``trace`` as an Ascend profiler database at ``path`` (atomically) and return it.
 
     Ranges still open are left out. ``STEP_TIME`` holds ``trace.steps``, or, when it is empty,
-    the spans of the trace's ``step`` ranges. A ``profiler_info_<rank>.json`` goes beside
-    ``ASCEND_PROFILER_OUTPUT`` as torch_npu writes it, which text-mode tools use to find the rank.
+    the spans of the trace's ``step`` ranges. ``metadata`` (JSON values) is added to what
+    :func:`add_metadata` recorded, and to ``role`` when the trace has one. When ``path`` is in an
+    ``ASCEND_PROFILER_OUTPUT`` folder, ``profiler_info_<rank>.json`` (which the tools take the rank
+    from) and ``profiler_metadata.json`` go beside that folder, as torch_npu writes them.
     """
     path = Path(path)
     ids, rows = _rows(trace)
     steps = trace.with_steps().steps
+    meta = {
+        **({"role": trace.role} if trace.role else {}),
+        **process_metadata(),
+        **(metadata or {}),
+    }
+    times = [r.start_ns for r in trace.records]
+    times += [r.end_ns for r in trace.records if isinstance(r, RangeRecord)]
+    now = time_ns()
+    span = (min(times), max(times)) if times else (now, now)
     with atomic_path(path) as tmp, closing(sqlite3.connect(tmp)) as db, db:
         db.executescript(_SCHEMA)
         strings = [(i, _storable(s)) for s, i in ids.items()]
@@ -132,12 +231,46 @@ def write_ascend_db(path: str | Path, trace: RankTrace) -> Path:
             "INSERT INTO STEP_TIME VALUES (?, ?, ?)",
             [(i, s, e) for i, (s, e) in enumerate(steps, start=1)],
         )
-    if path.parent.name == "ASCEND_PROFILER_OUTPUT":
-        info = {"rank_id": trace.rank, "generator": "mstx_marks"}
-        atomic_write_bytes(
-            path.parent.parent / f"profiler_info_{trace.rank}.json", json.dumps(info).encode()
+        db.executemany("INSERT INTO ENUM_MSTX_EVENT_TYPE VALUES (?, ?)", EVENT_TYPES)
+        db.execute("INSERT INTO SESSION_TIME_INFO VALUES (?, ?)", span)
+        db.executemany("INSERT INTO META_DATA VALUES (?, ?)", _SCHEMA_VERSION)
+        db.executemany(
+            "INSERT INTO META_DATA VALUES (?, ?)",
+            [(k, _storable(json.dumps(v))) for k, v in meta.items()],
         )
+        db.execute("INSERT INTO RANK_DEVICE_MAP VALUES (?, ?)", (trace.rank, NO_DEVICE))
+        db.execute("INSERT INTO HOST_INFO VALUES (?, ?)", (host_uid(), socket.gethostname()))
+    if path.parent.name == "ASCEND_PROFILER_OUTPUT":
+        folder = path.parent.parent
+        info = json.dumps(_profiler_info(trace.rank, span), indent=4)
+        atomic_write_bytes(folder / f"profiler_info_{trace.rank}.json", info.encode())
+        atomic_write_bytes(folder / "profiler_metadata.json", json.dumps(meta).encode())
     return path
+
+
+def _profiler_info(rank: int, span: tuple[int, int]) -> dict[str, Any]:
+    """``profiler_info_<rank>.json`` with torch_npu's fields, describing what this file holds:
+    MSTX only (``Level_none``, ``_mstx`` on), exported as a database, CPU activity."""
+    experimental = {
+        "_profiler_level": "Level_none", "_aic_metrics": "ACL_AICORE_NONE", "_l2_cache": False,
+        "_msprof_tx": False, "_mstx": True, "_data_simplification": True,
+        "record_op_args": False, "_export_type": ["db"], "_host_sys": [], "_op_attr": False,
+        "_gc_detect_threshold": None, "_mstx_domain_include": [], "_mstx_domain_exclude": [],
+        "_sys_io": False, "_sys_interconnection": False,
+    }  # fmt: skip
+    common = {
+        "activities": ["ProfilerActivity.CPU"], "schedule": None, "record_shapes": False,
+        "profile_memory": False, "with_stack": False, "with_flops": False, "with_modules": False,
+    }  # fmt: skip
+    return {
+        "config": {"common_config": common, "experimental_config": experimental},
+        "start_info": {"syscnt_enable": False, "freq": 100, "start_cnt": 0, "start_monotonic": 0},
+        "end_info": {"collectionTimeEnd": span[1], "MonotonicTimeEnd": monotonic_ns()},
+        "torch_npu_version": "",
+        "cann_version": "",
+        "rank_id": rank,
+        "generator": "mstx_marks",
+    }
 
 
 def _rank_of(path: Path) -> int:
@@ -157,7 +290,7 @@ SELECT e.startNs, e.endNs, e.eventType, m.value, d.value, e.globalTid
 FROM MSTX_EVENTS e
 LEFT JOIN STRING_IDS m ON e.message = m.id
 LEFT JOIN STRING_IDS d ON e.domainId = d.id
-WHERE e.eventType IN (?, ?, ?)
+WHERE e.eventType IN (?, ?, ?, ?)
 ORDER BY e.startNs
 """
 
@@ -166,7 +299,8 @@ def read_ascend_db(path: str | Path) -> RankTrace:
     """Read the MSTX events and steps of one database, ours or torch_npu's.
 
     Push/pop ranges (type 1) count as ranges, and so do host-only ones (``connectionId``
-    4294967295): ``mstx_sum`` drops those, but they are phases the user marked. The rank comes
+    4294967295): ``mstx_sum`` drops those, but they are phases the user marked. Marks of both
+    kinds (``marker`` 0 and ``marker_ex`` 3) are instants. The rank comes
     from the file name, else from ``profiler_info_<rank>.json``, else is 0.
     Raises :class:`TraceFileError`, naming the file, when it is not such a database.
     """
@@ -179,7 +313,7 @@ def read_ascend_db(path: str | Path) -> RankTrace:
             missing = {"MSTX_EVENTS", "STRING_IDS"} - tables
             if missing:
                 raise TraceFileError(path, f"has no {' or '.join(sorted(missing))} table")
-            kinds = (EVENT_PUSH_POP, EVENT_RANGE, EVENT_INSTANT)
+            kinds = (EVENT_MARKER, EVENT_PUSH_POP, EVENT_RANGE, EVENT_INSTANT)
             rows = db.execute(_EVENTS_QUERY, kinds).fetchall()
             steps = []
             if "STEP_TIME" in tables:
@@ -197,13 +331,14 @@ def read_ascend_db(path: str | Path) -> RankTrace:
     records: list[Record] = []
     try:
         for start, end, kind, name, domain, gtid in rows:
-            if start is None or (kind != EVENT_INSTANT and end is None):
+            instant = kind in (EVENT_INSTANT, EVENT_MARKER)
+            if start is None or (not instant and end is None):
                 continue
             gtid = int(gtid or 0)
             name = name if name is not None else "<unnamed>"
             domain = domain or "default"
             tid, pid = gtid & 0xFFFFFFFF, gtid >> 32
-            if kind == EVENT_INSTANT:
+            if instant:
                 records.append(InstantRecord(name, domain, int(start), tid, pid))
             else:
                 records.append(RangeRecord(name, domain, int(start), int(end), tid, pid))
