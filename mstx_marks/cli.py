@@ -239,12 +239,49 @@ def _summary_args(p: argparse.ArgumentParser) -> None:
     fmt.add_argument("--csv", action="store_true", help="print CSV instead of the table")
     fmt.add_argument("--json", action="store_true", help="print JSON instead of the table")
     p.add_argument("--svg", metavar="FILE", help="also draw the timeline as SVG to FILE")
+    p.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report to FILE")
+    p.add_argument(
+        "--trace",
+        metavar="FILE",
+        help="also write the whole job as one Chrome/Perfetto trace to FILE",
+    )
+    p.add_argument(
+        "--step-name",
+        metavar="PHASE",
+        help="the phase whose ranges are steps (default: the files' steps, else 'step' or "
+        "torch.profiler's ProfilerStep#N)",
+    )
+    p.add_argument(
+        "--step-key",
+        metavar="KEY",
+        default="step",
+        help="the range args entry that numbers a step, e.g. global_step, weight_version, "
+        "rollout_id; ranges sharing it are one step (default: step)",
+    )
+    p.add_argument(
+        "--jobs",
+        type=int,
+        metavar="N",
+        help="worker processes reading files (default: one per CPU)",
+    )
 
 
 def _summary(args: argparse.Namespace) -> int:
+    from .steps import StepOptions
     from .summary import run_summary
 
-    return run_summary(args.path, "csv" if args.csv else "json" if args.json else "table", args.svg)
+    if args.jobs is not None and args.jobs < 1:
+        print(f"error: --jobs {args.jobs}: must be at least 1", file=sys.stderr)
+        return 2
+    return run_summary(
+        args.path,
+        "csv" if args.csv else "json" if args.json else "table",
+        args.svg,
+        html=args.html,
+        trace=args.trace,
+        steps=StepOptions(args.step_name, args.step_key),
+        jobs=args.jobs,
+    )
 
 
 Command = tuple[Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int], str]
@@ -252,7 +289,7 @@ Command = tuple[Callable[[argparse.ArgumentParser], None], Callable[[argparse.Na
 #: name -> (declare options, run, one-line help)
 COMMANDS: dict[str, Command] = {
     "demo": (_demo_args, _demo, "run the multi-rank GRPO-shaped demo on CPU"),
-    "summary": (_summary_args, _summary, "per-phase summary of traces (--svg, --csv, --json)"),
+    "summary": (_summary_args, _summary, "per-phase summary of traces (--html, --svg, --json)"),
     "run": (_run_args, _run, "run a command with every Python process under it activated"),
     "recipes": (_recipes_args, _recipes, "list the profiler capture recipes"),
     "coverage": (_coverage_args, _coverage, "list expected phases a run never emitted"),

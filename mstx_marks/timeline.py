@@ -4,8 +4,9 @@ One row per rank, and inside a row one track per thread. In a track, a range goe
 range that contains it, so a step, its phases and their sub-phases stack up; ranges that overlap
 without nesting (asyncio tasks gathered on one thread) get lanes of their own instead of hiding
 each other. Lanes are labelled (the rank, and the thread or the lane when there are several).
-Each phase name has one colour (see the legend), step starts are dashed lines, a bar is at least
-one pixel wide however short its range, and a range still open when it was read has a dashed
+Marks named ``X_start`` and ``X_stop`` are drawn as the range ``X``, as msprof-analyze pairs
+them. Each phase name has one colour (see the legend), step starts are dashed lines, a bar is at
+least one pixel wide however short its range, and a range still open when it was read has a dashed
 outline and hatching. Hovering a bar shows its name, thread and duration. Bars are
 ``<rect class="range">`` with ``data-rank``, ``data-thread``, ``data-lane``, ``data-name``,
 ``data-start-ns`` and ``data-end-ns`` (and ``data-open`` when open), so the file can be checked
@@ -27,9 +28,10 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from .export import atomic_write_bytes
+from .mark_pairs import pair_marks
 from .records import RangeRecord, RankTrace
 
-__all__ = ["MIN_BAR_PX", "render_svg", "write_svg"]
+__all__ = ["MIN_BAR_PX", "assign_lanes", "render_svg", "write_svg"]
 
 _WIDTH = 1400
 _LEFT = 150  # the lane labels: "rank N", then "thread T" or "lane K" right-aligned
@@ -61,7 +63,7 @@ def _color(index: int, name: str) -> str:
     return f"hsl({zlib.crc32(name.encode()) % 360}, 55%, 55%)"
 
 
-def _lanes(ranges: list[RangeRecord]) -> list[tuple[RangeRecord, int]]:
+def assign_lanes(ranges: list[RangeRecord]) -> list[tuple[RangeRecord, int]]:
     """Each range with its lane, in start order: the first lane below every range that contains
     it (by time, as msprof-analyze nests) where it overlaps nothing already placed.
 
@@ -69,9 +71,9 @@ def _lanes(ranges: list[RangeRecord]) -> list[tuple[RangeRecord, int]]:
     nesting in it (another task on the same thread) goes to a lane of its own.
 
     >>> r = lambda s, e: RangeRecord("x", "default", s, e, 1, 1)
-    >>> [lane for _, lane in _lanes([r(0, 100), r(10, 40), r(20, 30), r(50, 90)])]
+    >>> [lane for _, lane in assign_lanes([r(0, 100), r(10, 40), r(20, 30), r(50, 90)])]
     [0, 1, 2, 1]
-    >>> [lane for _, lane in _lanes([r(0, 100), r(10, 60), r(30, 90)])]  # 30-90 overlaps 10-60
+    >>> [lane for _, lane in assign_lanes([r(0, 100), r(10, 60), r(30, 90)])]  # 30-90 overlaps
     [0, 1, 2]
     """
     out: list[tuple[RangeRecord, int]] = []
@@ -96,7 +98,7 @@ class _Track:
 
     def __init__(self, pid: int, thread: int, ranges: list[RangeRecord]) -> None:
         self.pid, self.thread = pid, thread
-        self.bars = _lanes(ranges)
+        self.bars = assign_lanes(ranges)
         self.lanes = 1 + max((lane for _, lane in self.bars), default=0)
 
 
@@ -106,6 +108,12 @@ def _tracks(trace: RankTrace) -> list[_Track]:
     for r in sorted(trace.ranges, key=lambda r: r.start_ns):
         by_thread.setdefault((r.pid, r.thread), []).append(r)
     return [_Track(pid, thread, ranges) for (pid, thread), ranges in by_thread.items()]
+
+
+def _paired(trace: RankTrace) -> RankTrace:
+    """``X_start``/``X_stop`` marks drawn as the range ``X`` (see :mod:`mstx_marks.mark_pairs`)."""
+    records = pair_marks(trace.records)
+    return RankTrace(trace.rank, records, trace.steps, trace.source, trace.role)
 
 
 def _tick_step(span_ns: int) -> int:
@@ -134,7 +142,7 @@ def render_svg(
     title: str = "mstx_marks timeline",
 ) -> str:
     """The SVG document for ``traces``; ``name_of`` folds range names (colours and legend)."""
-    traces = sorted((t.with_steps() for t in traces), key=lambda t: t.rank)
+    traces = sorted((_paired(t).with_steps() for t in traces), key=lambda t: t.rank)
     laid = [(t, _tracks(t)) for t in traces]
     every = [r for t in traces for r in t.ranges]
     t0 = min((r.start_ns for r in every), default=0)

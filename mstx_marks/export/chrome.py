@@ -2,7 +2,16 @@
 
 Ranges become complete events (``"ph": "X"``), instants become thread-scoped instant events
 (``"ph": "i"``). Each rank is one process (``pid`` = rank, named ``rank N``), threads keep their
-native ids, and the domain goes in ``cat`` and ``args.domain``.
+native ids, and the domain goes in ``cat`` and ``args.domain``. What the user attached to a range
+(``mark(name, args={...})``) goes in the event's ``args`` beside ``domain`` (and ``open``); should
+one of the user's keys be ``domain``, ``open`` or ``args``, the user's whole mapping goes under
+``args.args`` instead, so nothing is overwritten and :func:`read_chrome_trace` gives it back.
+Values JSON cannot hold are written as their ``str()``.
+
+``otherData.clock`` holds a wall/monotonic clock pair (``time.time_ns()``,
+``time.monotonic_ns()``) taken when the file is written: the records are on the wall clock
+already, and a reader meeting timestamps on a clock since boot can shift them by the pair's
+difference (see :mod:`mstx_marks.merge`).
 
 Timestamps are microseconds after ``otherData.origin_ns`` rather than since the epoch: a float
 holds an epoch time in microseconds only to a quarter of a microsecond, but small offsets keep
@@ -17,18 +26,36 @@ every nanosecond, so :func:`read_chrome_trace` gives back exactly what was recor
 
 from __future__ import annotations
 
+import gzip
 import json
+import time
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from ..records import InstantRecord, RangeRecord, RankTrace, Record, TraceFileError
 from .files import atomic_write_bytes
 
-__all__ = ["GENERATOR", "chrome_trace", "read_chrome_trace", "write_chrome_trace"]
+__all__ = [
+    "GENERATOR",
+    "RESERVED_ARGS",
+    "chrome_trace",
+    "dumps",
+    "event_args",
+    "is_ours",
+    "load_trace_json",
+    "read_chrome_doc",
+    "read_chrome_trace",
+    "user_args",
+    "write_chrome_trace",
+]
 
 #: ``otherData.generator`` of the files this module writes; the reader accepts only those.
 GENERATOR = "mstx_marks"
 _NS_PER_S = 1_000_000_000
+#: The ``args`` keys this module writes itself.
+RESERVED_ARGS = frozenset({"domain", "open", "args"})
+# The merged job timeline's step track (mstx_marks.merge.STEP_CATEGORY): not records.
+_STEP_CATEGORY = "mstx_marks.step"
 
 
 def _us(ns: int) -> float:
@@ -44,6 +71,36 @@ def _default_origin(traces: Sequence[RankTrace]) -> int:
     return (min(starts) // _NS_PER_S) * _NS_PER_S if starts else 0
 
 
+def event_args(rec: Record) -> dict[str, Any]:
+    """The ``args`` of ``rec``'s event: its domain, and what the user attached.
+
+    >>> from mstx_marks.records import RangeRecord
+    >>> event_args(RangeRecord("gen", "verl", 0, 1, 1, 1, args={"tokens": 8}))
+    {'tokens': 8, 'domain': 'verl'}
+    """
+    user = rec.args
+    if not user:
+        return {"domain": rec.domain}
+    if RESERVED_ARGS.isdisjoint(user):
+        return {**user, "domain": rec.domain}
+    return {"args": dict(user), "domain": rec.domain}
+
+
+def user_args(args: Any) -> Mapping[str, Any] | None:
+    """What the user attached, from an event's ``args`` (the inverse of :func:`event_args`).
+
+    >>> user_args({"tokens": 8, "domain": "verl"}), user_args({"domain": "verl"})
+    ({'tokens': 8}, None)
+    """
+    if not isinstance(args, dict):
+        return None
+    nested = args.get("args")
+    if isinstance(nested, dict):
+        return nested or None
+    mine = {k: v for k, v in args.items() if k not in RESERVED_ARGS}
+    return mine or None
+
+
 def _event(rec: Record, rank: int, origin_ns: int) -> dict[str, Any]:
     ev: dict[str, Any] = {
         "name": rec.name,
@@ -51,7 +108,7 @@ def _event(rec: Record, rank: int, origin_ns: int) -> dict[str, Any]:
         "ts": _us(rec.start_ns - origin_ns),
         "pid": rank,
         "tid": rec.thread,
-        "args": {"domain": rec.domain},
+        "args": event_args(rec),
     }
     if isinstance(rec, InstantRecord):
         ev.update(ph="i", s="t")
@@ -81,10 +138,11 @@ def chrome_trace(traces: Iterable[RankTrace], origin_ns: int | None = None) -> d
             {"ph": "M", "name": "process_sort_index", "pid": t.rank, "args": {"sort_index": t.rank}}
         )
         events.extend(_event(rec, t.rank, origin) for rec in t.records)
+    clock = {"wall_ns": time.time_ns(), "mono_ns": time.monotonic_ns()}
     return {
         "traceEvents": events,
         "displayTimeUnit": "ms",
-        "otherData": {"generator": GENERATOR, "origin_ns": origin, "ranks": ranks},
+        "otherData": {"generator": GENERATOR, "origin_ns": origin, "ranks": ranks, "clock": clock},
     }
 
 
@@ -96,16 +154,45 @@ def write_chrome_trace(
     Name files ``*.trace.json`` so that ``python -m mstx_marks summary DIR`` finds them.
     """
     doc = chrome_trace(traces, origin_ns)
-    return atomic_write_bytes(path, json.dumps(doc, separators=(",", ":")).encode())
+    return atomic_write_bytes(path, dumps(doc).encode())
+
+
+def dumps(doc: Any) -> str:
+    """Compact JSON of a trace document; values JSON cannot hold become their ``str()``."""
+    return json.dumps(doc, separators=(",", ":"), default=str)
+
+
+def load_trace_json(path: str | Path) -> Any:
+    """The JSON document in ``path`` (gzip-compressed when it ends in ``.gz``).
+
+    Raises :class:`TraceFileError`, naming the file, for a file that cannot be read, is not
+    JSON, or nests too deeply for the parser.
+    """
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+        if path.name.endswith(".gz"):
+            raw = gzip.decompress(raw)
+        return json.loads(raw)
+    except OSError as e:
+        raise TraceFileError(path, f"cannot be read ({e.strerror or e})") from e
+    except (UnicodeDecodeError, json.JSONDecodeError, EOFError) as e:
+        raise TraceFileError(path, f"is not valid JSON (truncated or corrupt?): {e}") from e
+    except RecursionError:
+        raise TraceFileError(path, "is JSON nested too deeply to be a trace") from None
+
+
+def is_ours(doc: Any) -> bool:
+    """Whether a loaded JSON document is a Chrome trace this module wrote."""
+    other = doc.get("otherData") if isinstance(doc, dict) else None
+    return isinstance(other, dict) and other.get("generator") == GENERATOR
 
 
 def _load(path: Path) -> dict[str, Any]:
-    try:
-        doc = json.loads(path.read_bytes())
-    except OSError as e:
-        raise TraceFileError(path, f"cannot be read ({e.strerror})") from e
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise TraceFileError(path, f"is not valid JSON (truncated or corrupt?): {e}") from e
+    return _check(path, load_trace_json(path))
+
+
+def _check(path: Path, doc: Any) -> dict[str, Any]:
     other = doc.get("otherData") if isinstance(doc, dict) else None
     if not isinstance(other, dict) or other.get("generator") != GENERATOR:
         raise TraceFileError(path, "is not a Chrome trace written by mstx_marks")
@@ -122,40 +209,59 @@ def read_chrome_trace(path: str | Path) -> list[RankTrace]:
     that is not one of ours, events missing their fields).
     """
     path = Path(path)
-    doc = _load(path)
+    return read_chrome_doc(path, _load(path))
+
+
+def read_chrome_doc(path: Path, doc: Any) -> list[RankTrace]:
+    """:func:`read_chrome_trace` of a document already loaded from ``path``.
+
+    A merged job timeline (:mod:`mstx_marks.merge`) lists its processes in
+    ``otherData.processes`` (Chrome pid to rank, pid, role, steps) and the threads it split into
+    tracks in ``otherData.threads``; it reads back as one trace per process.
+    """
+    doc = _check(path, doc)
     other = doc["otherData"]
-    by_rank: dict[int, list[Record]] = {}
+    by_process: dict[int, list[Record]] = {}
     try:
         origin = int(other.get("origin_ns", 0))
-        meta = other.get("ranks", {})
+        processes = other.get("processes")
+        if not isinstance(processes, dict):  # one Chrome process per rank
+            processes = {
+                k: {"rank": int(k), "pid": (v.get("pids") or [0])[0], **v}
+                for k, v in other.get("ranks", {}).items()
+            }
+        threads = other.get("threads", {})
         for ev in doc["traceEvents"]:
             ph = ev.get("ph")
-            if ph not in ("X", "i"):
+            if ph not in ("X", "i") or ev.get("cat") == _STEP_CATEGORY:
                 continue
-            rank = int(ev["pid"])
-            pids = meta.get(str(rank), {}).get("pids") or [0]
+            cpid = int(ev["pid"])
+            pid = int(processes.get(str(cpid), {}).get("pid", 0))
             start = origin + _ns(ev["ts"])
             args = ev.get("args", {})
             domain = str(args.get("domain", ev.get("cat", "default")))
-            name, tid = str(ev["name"]), int(ev["tid"])
+            name = str(ev["name"])
+            tid = int(threads.get(f"{cpid}:{ev['tid']}", ev["tid"]))
+            attached = user_args(args)
             rec: Record
             if ph == "X":
                 end, is_open = start + _ns(ev["dur"]), bool(args.get("open", False))
-                rec = RangeRecord(name, domain, start, end, tid, pids[0], is_open)
+                rec = RangeRecord(name, domain, start, end, tid, pid, is_open, attached)
             else:
-                rec = InstantRecord(name, domain, start, tid, pids[0])
-            by_rank.setdefault(rank, []).append(rec)
-        steps = {int(k): [(int(s), int(e)) for s, e in v.get("steps", [])] for k, v in meta.items()}
-        roles = {int(k): str(v.get("role", "")) for k, v in meta.items()}
+                rec = InstantRecord(name, domain, start, tid, pid, attached)
+            by_process.setdefault(cpid, []).append(rec)
+        info = {
+            int(k): (
+                int(v.get("rank", k)),
+                [(int(s), int(e)) for s, e in v.get("steps", [])],
+                str(v.get("role", "")),
+            )
+            for k, v in processes.items()
+        }
     except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as e:
         raise TraceFileError(path, f"has a malformed event ({type(e).__name__}: {e})") from e
-    return [
-        RankTrace(
-            rank,
-            sorted(recs, key=lambda r: r.start_ns),
-            steps.get(rank, []),
-            path,
-            roles.get(rank, ""),
-        )
-        for rank, recs in sorted(by_rank.items())
-    ]
+    out = []
+    for cpid, recs in sorted(by_process.items()):
+        rank, steps, role = info.get(cpid, (cpid, [], ""))
+        out.append(RankTrace(rank, sorted(recs, key=lambda r: r.start_ns), steps, path, role))
+    return sorted(out, key=lambda t: t.rank)
