@@ -69,6 +69,7 @@ def report_data(traces: Sequence[RankTrace], summary: Summary) -> dict[str, Any]
         by_process.setdefault((t.rank, r.pid), []).append(r)
     lane = 0
     for (rank, pid), ranges in sorted(by_process.items()):
+        lane += 1  # an empty lane above each process: its step labels go there
         by_thread: dict[int, list[RangeRecord]] = {}
         for r in ranges:
             by_thread.setdefault(r.thread, []).append(r)

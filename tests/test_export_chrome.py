@@ -1,15 +1,17 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
+from hypothesis import strategies as st
 from support.recorded import T0, records, rng, synthetic_rank
 
 from mstx_marks.export import RankTrace, TraceFileError, read_chrome_trace, write_chrome_trace
 from mstx_marks.export.chrome import chrome_trace
-from mstx_marks.records import Record
+from mstx_marks.records import InstantRecord, RangeRecord, Record
 
 
 def test_events_follow_the_trace_event_format() -> None:
@@ -92,3 +94,59 @@ def test_truncated_real_trace_is_an_error(tmp_path: Path) -> None:
     path.write_bytes(path.read_bytes()[:-40])
     with pytest.raises(TraceFileError, match="truncated"):
         read_chrome_trace(path)
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(args=st.dictionaries(st.sampled_from(["tokens", "batch", "domain", "open", "args", "é"]),
+                            json_values, min_size=1, max_size=4))  # fmt: skip
+def test_user_args_are_written_and_read_back(
+    tmp_path_factory: pytest.TempPathFactory, args: dict[str, object]
+) -> None:
+    rec = RangeRecord("gen", "verl", T0, T0 + 5, 1, 2, True, args)
+    mark = InstantRecord("sync", "verl", T0 + 1, 1, 2, args)
+    path = tmp_path_factory.mktemp("a") / "r.trace.json"
+    doc = chrome_trace([RankTrace(0, [rec, mark])])
+    (ev,) = [e for e in doc["traceEvents"] if e["ph"] == "X"]
+    assert ev["args"]["domain"] == "verl" and ev["args"]["open"] is True
+    if {"domain", "open", "args"} & set(args):  # the user's keys never overwrite ours
+        assert ev["args"]["args"] == args
+    else:
+        assert {k: ev["args"][k] for k in args} == args
+    write_chrome_trace(path, [RankTrace(0, [rec, mark])])
+    (back,) = read_chrome_trace(path)
+    assert [r.args for r in back.records] == [args, args]
+    assert back.ranges[0].open and back.ranges[0].domain == "verl"
+
+
+def test_args_json_cannot_hold_are_written_as_text(tmp_path: Path) -> None:
+    rec = RangeRecord("gen", "default", T0, T0 + 5, 1, 2, args={"path": Path("/x"), "n": 3})
+    (back,) = read_chrome_trace(
+        write_chrome_trace(tmp_path / "a.trace.json", [RankTrace(0, [rec])])
+    )
+    assert back.records[0].args == {"path": "/x", "n": 3}
+    assert chrome_trace([RankTrace(0, [rng("a", 0, 1)])])["traceEvents"][-1]["args"] == {
+        "domain": "default"
+    }
+
+
+def test_a_clock_pair_is_written(tmp_path: Path) -> None:
+    before = time.time_ns()
+    clock = chrome_trace([synthetic_rank(0)])["otherData"]["clock"]
+    assert before <= clock["wall_ns"] <= time.time_ns() and clock["mono_ns"] <= time.monotonic_ns()
+
+
+def test_json_nested_too_deeply_is_an_error_naming_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "deep.trace.json"
+    path.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(TraceFileError, match="nested too deeply") as info:
+        read_chrome_trace(path)
+    assert info.value.path == path

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support.recorded import T0, rng, synthetic_rank
+from support.recorded import T0, records, rng, synthetic_rank
 
 from mstx_marks.export import (
     RankTrace,
@@ -19,8 +19,15 @@ from mstx_marks.export import (
     write_ascend_db,
     write_chrome_trace,
 )
-from mstx_marks.records import RangeRecord
-from mstx_marks.summary import fold_name, load_traces, summarize, summary_cli
+from mstx_marks.records import RangeRecord, Record
+from mstx_marks.summary import (
+    fold_name,
+    format_json,
+    format_table,
+    load_traces,
+    summarize,
+    summary_cli,
+)
 
 
 def test_stats_per_rank_and_across_ranks() -> None:
@@ -221,3 +228,148 @@ def test_spills_are_read_and_processes_of_one_rank_are_summed(tmp_path: Path) ->
     (rank0,) = traces
     assert sorted(r.name for r in rank0.records) == ["gen", "gen", "update_actor"]
     assert rank0.role == "actor0+actor1"
+
+
+def _part_key(part: object) -> object:
+    from mstx_marks.aggregate import ProcessPart
+
+    assert isinstance(part, ProcessPart)
+    phases = {
+        n: (a.count, a.total_ns, a.max_ns, a.p50_ns, a.p90_ns, a.first_start_ns)
+        for n, a in part.phases.items()
+    }
+    return part.rank, part.pids, part.n_records, part.span, part.first_ns, part.steps, phases
+
+
+@settings(max_examples=40, deadline=None)
+@given(recs=records(), named=st.booleans())
+def test_a_database_summarised_in_sql_equals_its_records_summarised(
+    tmp_path_factory: pytest.TempPathFactory, recs: list[Record], named: bool
+) -> None:
+    from mstx_marks.aggregate import aggregate_trace
+    from mstx_marks.export import read_ascend_db
+    from mstx_marks.readers.ascend_sql import aggregate_db
+    from mstx_marks.steps import StepOptions
+
+    path = tmp_path_factory.mktemp("db") / "ascend_pytorch_profiler_4.db"
+    write_ascend_db(path, RankTrace(4, recs))
+    steps = StepOptions("gen") if named else None
+    from_sql = aggregate_db(path, steps=steps)
+    from_records = aggregate_trace(read_ascend_db(path), steps=steps)
+    assert _part_key(from_sql) == _part_key(from_records)
+
+
+def test_streamed_in_parallel_equals_read_in_memory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from mstx_marks.summary import summarize_path
+
+    for rank in range(6):
+        export_rank(tmp_path, synthetic_rank(rank, steps=2 + rank % 2, slow=40 * rank))
+    traces, errors, notes = load_traces(tmp_path)
+    streamed = summarize_path(tmp_path, jobs=2)
+    assert streamed.errors == errors == [] and streamed.notes == notes == []
+    assert format_json(streamed) == format_json(summarize(traces))
+    # 12 files (a database and a Chrome trace per rank): a progress line on stderr
+    assert "reading traces: 12/12 files" in capsys.readouterr().err
+    summarize_path(tmp_path, jobs=2, progress=False)
+    assert capsys.readouterr().err == ""
+
+
+def test_cross_rank_percentiles_are_exact_or_within_the_sketch_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from mstx_marks import aggregate
+    from mstx_marks.sketch import RELATIVE_ERROR, percentile
+
+    traces = []
+    for rank in range(4):
+        recs, t = [], 0
+        for i in range(300):
+            d = 1000 + (i * 7919 + rank * 104729) % 50_000
+            recs.append(rng("gen", t, t + d))
+            t += d + 1
+        traces.append(RankTrace(rank, recs))
+    pooled = sorted(r.duration_ns for t in traces for r in t.ranges)
+    exact = summarize(traces, fold=str).phases[0].overall
+    assert exact.p90_ns == percentile(pooled, 0.9) and exact.percentile_error == 0
+    monkeypatch.setattr(aggregate, "POOL_LIMIT", 100)  # too many to pool: merged sketches
+    approx = summarize(traces, fold=str)
+    (gen,) = approx.phases
+    assert gen.overall.percentile_error == RELATIVE_ERROR
+    for q, got in ((0.5, gen.overall.p50_ns), (0.9, gen.overall.p90_ns)):
+        assert abs(got - percentile(pooled, q)) <= RELATIVE_ERROR * percentile(pooled, q)
+    assert gen.overall.total_ns == sum(pooled) and gen.overall.count == len(pooled)
+    for rank, t in enumerate(traces):  # per rank: exact
+        own = sorted(r.duration_ns for r in t.ranges)
+        assert gen.per_rank[rank].p90_ns == percentile(own, 0.9)
+    assert "~ p50/p90 of this 'all' row are within 0.5%" in format_table(approx)
+
+
+def test_ranks_of_several_processes_are_summed_exactly_when_streamed(tmp_path: Path) -> None:
+    from mstx_marks.export.spill import read_spill
+    from mstx_marks.summary import summarize_path
+
+    test_spills_are_read_and_processes_of_one_rank_are_summed(tmp_path)
+    streamed = summarize_path(tmp_path, jobs=2)
+    traces, _, _ = load_traces(tmp_path)
+    assert streamed.errors == [] and format_json(streamed) == format_json(summarize(traces))
+    assert {p.name: p.overall.count for p in streamed.phases} == {
+        fold_name("gen"): 2,
+        "update_actor": 1,
+    }
+    assert len(list((tmp_path / "spill").glob("*.jsonl"))) == 2
+    assert read_spill(next((tmp_path / "spill").glob("*.jsonl"))).rank == 0
+
+
+def test_bad_input_never_gives_a_traceback(tmp_path: Path) -> None:
+    import sqlite3
+
+    export_rank(tmp_path, synthetic_rank(0))
+    (tmp_path / "deep.trace.json").write_text("[" * 200_000 + "]" * 200_000)
+    blob = tmp_path / "b" / "ascend_pytorch_profiler_1.db"
+    write_ascend_db(blob, synthetic_rank(1))
+    with sqlite3.connect(blob) as db:  # names stored as BLOBs, one not even UTF-8
+        db.execute("UPDATE STRING_IDS SET value = CAST(value AS BLOB)")
+        db.execute("UPDATE STRING_IDS SET value = X'67656eff' WHERE value = CAST('gen' AS BLOB)")
+    db.close()
+    cmd = [sys.executable, "-m", "mstx_marks", "summary", str(tmp_path), "--json"]
+    for extra in ([], ["--svg", str(tmp_path / "t.svg")]):  # streamed, and read in memory
+        proc = subprocess.run([*cmd, *extra], capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+        assert "deep.trace.json: is JSON nested too deeply" in proc.stderr
+        doc = json.loads(proc.stdout)
+        assert set(doc["ranks"]) == {"0", "1"}
+        assert "gen\ufffd" in {p["name"] for p in doc["phases"]}
+
+
+def test_a_folder_that_cannot_be_read_is_an_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    export_rank(tmp_path / "ok", synthetic_rank(0))
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    real = os.scandir
+
+    def scandir(path: object = ".") -> object:
+        if Path(str(path)) == locked:  # as for a folder of another user's (root reads all)
+            raise PermissionError(13, "Permission denied", str(path))
+        return real(path)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    assert summary_cli([str(tmp_path), "--jobs", "1"]) == 1
+    out, err = capsys.readouterr()
+    assert f"error: {locked}: the folder cannot be read (Permission denied)" in err
+    assert "update_actor" in out  # the rest is summarised
+
+
+def test_control_characters_in_names_are_escaped_in_the_table(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = RankTrace(0, [rng("step", 0, 100), rng("gen\x1b[2J\r\x00", 0, 50)])
+    write_chrome_trace(tmp_path / "r.trace.json", [trace])
+    assert summary_cli([str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "gen\\x1b[2J\\r\\x00" in out and "\x1b" not in out and "\r" not in out
+    assert summary_cli([str(tmp_path), "--json"]) == 0
+    assert "gen\x1b[2J\r\x00" in {p["name"] for p in json.loads(capsys.readouterr().out)["phases"]}

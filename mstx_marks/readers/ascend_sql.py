@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..aggregate import ProcessPart, phase_agg
-from ..export.ascend_db import EVENT_INSTANT, EVENT_PUSH_POP, EVENT_RANGE
+from ..export.ascend_db import EVENT_INSTANT, EVENT_MARKER, EVENT_PUSH_POP, EVENT_RANGE
 from ..export.ascend_db import _rank_of as rank_of_db
 from ..mark_pairs import START_SUFFIX, STOP_SUFFIX, pair_marks
 from ..records import InstantRecord, RangeRecord, Record, TraceFileError
@@ -36,10 +36,12 @@ from ..steps import StepOptions, fold_name, steps_from_ranges, steps_from_spans
 
 __all__ = ["aggregate_db", "text"]
 
-_KINDS = f"({EVENT_PUSH_POP}, {EVENT_RANGE}, {EVENT_INSTANT})"
+_MARKS = f"({EVENT_MARKER}, {EVENT_INSTANT})"
+_KINDS = f"({EVENT_MARKER}, {EVENT_PUSH_POP}, {EVENT_RANGE}, {EVENT_INSTANT})"
 _RANGE_KINDS = f"({EVENT_PUSH_POP}, {EVENT_RANGE})"
+# The rows read_ascend_db keeps: marks of both kinds, ranges with an end.
 _VALID = (
-    f"startNs IS NOT NULL AND (eventType = {EVENT_INSTANT} OR endNs IS NOT NULL)"
+    f"startNs IS NOT NULL AND (eventType IN {_MARKS} OR endNs IS NOT NULL)"
     f" AND eventType IN {_KINDS}"
 )
 
@@ -136,7 +138,7 @@ def _aggregate(
                 db,
                 "SELECT e.startNs, e.message, e.globalTid, s.value FROM MSTX_EVENTS e"
                 " LEFT JOIN STRING_IDS s ON e.domainId = s.id"
-                f" WHERE e.eventType = {EVENT_INSTANT} AND e.startNs IS NOT NULL"
+                f" WHERE e.eventType IN {_MARKS} AND e.startNs IS NOT NULL"
                 f" AND e.message IN ({','.join('?' * len(pairable))})",
                 *pairable,
             )

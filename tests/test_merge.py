@@ -1,0 +1,104 @@
+"""The merged job timeline: one Chrome/Perfetto trace, a process per rank and role, named
+threads, overlapping ranges of one thread on tracks of their own, read back exactly."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+from support.recorded import recorded_rank, synthetic_rank
+
+from mstx_marks.backends.record import Recorder
+from mstx_marks.export import RankTrace, export_rank, read_chrome_trace
+from mstx_marks.merge import STEP_CATEGORY, merged_chrome_trace, nesting_tracks
+from mstx_marks.records import RangeRecord
+from mstx_marks.summary import load_traces, summary_cli
+
+
+def _two_tasks() -> RankTrace:
+    """A real Recorder run: two asyncio tasks on one thread whose ranges overlap."""
+    rec = Recorder()
+
+    async def task(name: str, seconds: float) -> None:
+        handle = rec.range_start(name, "default")
+        await asyncio.sleep(seconds)
+        rec.range_end(handle, "default")
+
+    async def step() -> None:
+        handle = rec.range_start("step", "default")
+        await asyncio.gather(task("update_actor", 0.02), task("compute_score", 0.04))
+        rec.range_end(handle, "default")
+
+    asyncio.run(step())
+    return RankTrace(1, rec.records(), role="trainer")
+
+
+def _nests(events: list[dict[str, object]]) -> bool:
+    spans = sorted((float(e["ts"]), -float(e["dur"])) for e in events)  # type: ignore[arg-type]
+    stack: list[float] = []
+    for ts, neg in spans:
+        end = ts - neg
+        while stack and stack[-1] <= ts:
+            stack.pop()
+        if stack and end > stack[-1] + 1e-9:
+            return False
+        stack.append(end)
+    return True
+
+
+def test_processes_threads_and_tracks(tmp_path: Path) -> None:
+    tasks = _two_tasks()
+    other = synthetic_rank(0, steps=2)
+    doc = merged_chrome_trace([tasks, other])
+    events = doc["traceEvents"]
+    procs = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}
+    assert sorted(procs.values()) == [
+        f"rank 0 (pid {other.records[0].pid})",
+        f"rank 1 trainer (pid {tasks.records[0].pid})",
+    ]
+    names = {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e["name"] == "thread_name"}
+    tid = tasks.records[0].thread
+    assert f"thread {tid}" in names.values() and f"thread {tid} (overlap 1)" in names.values()
+    ranges = [e for e in events if e["ph"] == "X" and e["cat"] != STEP_CATEGORY]
+    by_track: dict[tuple[object, object], list[dict[str, object]]] = {}
+    for e in ranges:
+        by_track.setdefault((e["pid"], e["tid"]), []).append(e)
+        assert (e["pid"], e["tid"]) in names  # every event is on a named thread
+    assert all(_nests(evs) for evs in by_track.values())  # what Perfetto needs of one track
+    score = next(e for e in ranges if e["name"] == "compute_score")
+    assert names[(score["pid"], score["tid"])] == f"thread {tid} (overlap 1)"
+    steps = [e for e in events if e.get("cat") == STEP_CATEGORY]
+    assert [e["name"] for e in steps] == ["step 1", "step 2", "step 1"]
+    assert "no cross-rank offset" in doc["otherData"]["alignment"]
+
+
+def test_read_back_gives_every_process_its_own_records(tmp_path: Path) -> None:
+    # Both on the real clock: a float keeps every nanosecond of offsets within days
+    tasks, other = _two_tasks(), recorded_rank(0, steps=2, tokens=2)
+    path = tmp_path / "job.trace.json"
+    path.write_text(json.dumps(merged_chrome_trace([tasks, other])))
+    back = {t.rank: t for t in read_chrome_trace(path)}
+    for t in (tasks, other):
+        key = lambda r: (r.start_ns, r.name, r.kind)  # noqa: E731
+        assert sorted(back[t.rank].records, key=key) == sorted(t.records, key=key)
+        assert back[t.rank].role == t.role
+
+
+def test_summary_writes_the_merged_trace_and_reads_it_as_a_duplicate(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for rank in range(2):
+        export_rank(tmp_path, synthetic_rank(rank))
+    job = tmp_path / "job.trace.json"
+    assert summary_cli([str(tmp_path), "--trace", str(job)]) == 0
+    assert f"trace: {job}" in capsys.readouterr().err
+    traces, errors, notes = load_traces(tmp_path)  # now in the tree too: a silent duplicate
+    assert errors == [] and notes == [] and [t.rank for t in traces] == [0, 1]
+
+
+def test_nesting_tracks_keeps_nested_ranges_together() -> None:
+    r = lambda s, e: RangeRecord("x", "d", s, e, 1, 1)  # noqa: E731
+    tracks = nesting_tracks([r(0, 100), r(10, 40), r(20, 30), r(50, 90), r(35, 60)])
+    assert [[x.start_ns for x in t] for t in tracks] == [[0, 10, 20, 50], [35]]

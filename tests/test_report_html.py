@@ -1,0 +1,175 @@
+"""The HTML report, checked as data and in a real headless Chromium (Debian's ``chromium``):
+loaded from a file, rendered without console errors, and screenshotted."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import struct
+import subprocess
+import zlib
+from pathlib import Path
+
+import pytest
+from support.recorded import PID, T0, TID, rng, synthetic_rank
+
+from mstx_marks.export import RankTrace, export_rank
+from mstx_marks.records import RangeRecord
+from mstx_marks.report_html import MIN_BAR_PX, render_html, report_data
+from mstx_marks.summary import summarize, summary_cli
+
+
+def _chromium() -> str:
+    """Chromium's path; a skip outside CI when it is missing, a failure inside CI."""
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    if found is None:
+        if os.environ.get("CI"):
+            pytest.fail("chromium is not installed, and CI must run this test (see .ci/run)")
+        pytest.skip("needs headless chromium (apt-get install -y chromium)")
+    return found
+
+
+def _traces() -> list[RankTrace]:
+    a = synthetic_rank(0, steps=3, tokens=4)
+    b = synthetic_rank(1, steps=3, tokens=4, slow=400)
+    b.role = "rollout"
+    # a phase far shorter than a pixel, with args, and an open range
+    a.records.append(RangeRecord("reward", "default", T0 + 500, T0 + 501, TID, PID,
+                                 args={"tokens": 12, "note": "</script><b>x</b>"}))  # fmt: skip
+    a.records.append(rng("update_actor", 2500, 3000, open=True))
+    return [a, b]
+
+
+def _data(page: str) -> dict[str, object]:
+    m = re.search(r"<script type='application/json' id='data'>(.*?)</script>", page, re.S)
+    assert m, "the data block is in the page"
+    data: dict[str, object] = json.loads(m.group(1).replace("<\\/", "</"))
+    return data
+
+
+def test_the_page_holds_everything_and_fetches_nothing() -> None:
+    traces = _traces()
+    page = render_html(traces, summarize(traces))
+    assert not re.search(r"(src|href)\s*=|https?://|@import|fetch\(", page)
+    assert "<b>x</b>" not in page  # a name or arg can never become markup
+    data = _data(page)
+    assert data["ranks"] == [0, 1] and data["left_out"] == 0
+    names = data["names"]
+    assert isinstance(names, list) and "reward" in names
+    bars = data["bars"]
+    assert isinstance(bars, list) and len(bars) == sum(len(t.ranges) for t in traces)
+    reward = next(b for b in bars if names[b[3]] == "reward")
+    assert reward[2] == 0.001  # 1 ns in microseconds: drawn MIN_BAR_PX wide all the same
+    assert json.loads(data["args"][reward[4]]) == {"tokens": 12, "note": "</script><b>x</b>"}  # type: ignore[index]
+    assert MIN_BAR_PX >= 1
+    assert any(b[5] == 1 for b in bars)  # the open range is flagged
+    phases = {p["name"]: p for p in data["phases"]}  # type: ignore[union-attr]
+    assert phases["update_actor"]["slowest"] == 1
+    assert len(data["steps"]) == 6  # type: ignore[arg-type]
+    groups = data["groups"]
+    assert [(g["rank"], g["role"]) for g in groups] == [(0, ""), (1, "rollout")]  # type: ignore[index,union-attr]
+
+
+def test_nested_ranges_sit_below_what_contains_them() -> None:
+    data = report_data([synthetic_rank(0, steps=1)], summarize([synthetic_rank(0, steps=1)]))
+    names = data["names"]
+    lane = {names[b[3]]: b[0] for b in data["bars"]}
+    assert lane["step"] < lane["generate_sequences"] < lane["vllm_one_step"]
+
+
+def _png_pixels(path: Path) -> tuple[int, int, list[bytes]]:
+    """Width, height and rows (RGB(A) bytes) of an 8-bit PNG, decoded with the standard library."""
+    raw = path.read_bytes()
+    assert raw[:8] == b"\x89PNG\r\n\x1a\n"
+    pos, idat, width = 8, b"", 0
+    while pos < len(raw):
+        (length,) = struct.unpack(">I", raw[pos : pos + 4])
+        kind, body = raw[pos + 4 : pos + 8], raw[pos + 8 : pos + 8 + length]
+        if kind == b"IHDR":
+            width, height, depth, color = struct.unpack(">IIBB", body[:10])
+            assert depth == 8 and color in (2, 6)
+            bpp = 3 if color == 2 else 4
+        elif kind == b"IDAT":
+            idat += body
+        pos += 12 + length
+    data = zlib.decompress(idat)
+    stride = width * bpp
+    rows, prev = [], bytearray(stride)
+    for y in range(height):
+        f, line = (
+            data[y * (stride + 1)],
+            bytearray(data[y * (stride + 1) + 1 : (y + 1) * (stride + 1)]),
+        )
+        for i in range(stride):
+            a = line[i - bpp] if i >= bpp else 0
+            b, c = prev[i], prev[i - bpp] if i >= bpp else 0
+            if f == 1:
+                line[i] = (line[i] + a) & 255
+            elif f == 2:
+                line[i] = (line[i] + b) & 255
+            elif f == 3:
+                line[i] = (line[i] + (a + b) // 2) & 255
+            elif f == 4:
+                p = a + b - c
+                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+                pred = a if pa <= pb and pa <= pc else b if pb <= pc else c
+                line[i] = (line[i] + pred) & 255
+        rows.append(bytes(line))
+        prev = line
+    return width, bpp, rows
+
+
+def test_the_report_renders_in_headless_chromium(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    chromium = _chromium()
+    for t in _traces():
+        export_rank(tmp_path / "run", t)
+    report = tmp_path / "report.html"
+    assert summary_cli([str(tmp_path / "run"), "--html", str(report)]) == 0
+    assert f"html: {report}" in capsys.readouterr().err
+    flags = ["--headless", "--disable-gpu", "--no-sandbox", "--hide-scrollbars",
+             "--window-size=1400,900", "--virtual-time-budget=3000"]  # fmt: skip
+    home = tmp_path / "home"  # chromium writes its profile there, not in the user's home
+    env = {**os.environ, "HOME": str(home)}
+    dom = subprocess.run(
+        [chromium, *flags, "--enable-logging=stderr", "--v=0", "--dump-dom", report.as_uri()],
+        capture_output=True, text=True, timeout=120, env=env,
+    )  # fmt: skip
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    assert 'data-rendered="ok"' in dom.stdout, dom.stderr[-2000:]
+    assert not re.search(r"<html[^>]*data-errors", dom.stdout)  # window.onerror caught nothing
+    console = [line for line in dom.stderr.splitlines() if "CONSOLE" in line]
+    assert not [line for line in console if "Uncaught" in line or "rror" in line], console
+    drawn = re.search(r'data-drawn="(\d+)"', dom.stdout)
+    assert drawn and int(drawn.group(1)) > 20
+    assert dom.stdout.count("<th ") + dom.stdout.count("<th>") >= 10  # the table was built
+    assert "slowest rank 1" in dom.stdout  # imbalance names the slowest rank
+
+    # The check can fail: the same page with a script error is caught.
+    broken = tmp_path / "broken.html"
+    broken.write_text(report.read_text().replace("</body>", "<script>null.x()</script></body>"))
+    bad = subprocess.run(
+        [chromium, *flags, "--dump-dom", broken.as_uri()],
+        capture_output=True, text=True, timeout=120, env=env,
+    )  # fmt: skip
+    assert re.search(r"<html[^>]*data-errors=\"[^\"]*null", bad.stdout)
+
+    png = tmp_path / "report.png"
+    shot = subprocess.run(
+        [chromium, *flags, f"--screenshot={png}", report.as_uri()],
+        capture_output=True, text=True, timeout=120, env=env,
+    )  # fmt: skip
+    assert shot.returncode == 0 and png.is_file(), shot.stderr[-2000:]
+    width, bpp, rows = _png_pixels(png)
+    assert width == 1400 and len(rows) == 900
+    background = bytes([255] * bpp)
+    colored = sum(
+        1
+        for row in rows[::4]
+        for x in range(0, len(row), bpp * 4)
+        if row[x : x + bpp] != background and len(set(row[x : x + 3])) > 1
+    )
+    assert colored > 500, "the timeline's coloured bars are on the screenshot"
