@@ -111,8 +111,7 @@ def build_rows(stack: ExitStack, number: int) -> tuple[dict[str, Row], dict[str,
         stack.enter_context(_patched_modules({"torch_npu": fake}))
     from mstx_marks.backends.mstx import MstxBackend
 
-    wrapper_path = MstxBackend()
-    wrapper_path.degrade()  # what the backend falls back to: torch_npu's public wrapper
+    wrapper_path = MstxBackend(wrapper_only=True)  # what the backend falls back to
     configure(backend="mstx", exclude=["filtered"])
     phase = Phase("update_actor")
     ns: dict[str, Any] = {

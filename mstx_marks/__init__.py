@@ -14,6 +14,7 @@ from .ranges import Mark, Range, instant, mark, mstx_range
 from .records import InstantRecord, RangeRecord, RankTrace
 from .sampling import every, first, window
 from .settings import configure, current_backend, is_active, recording
+from .status import Status, status
 
 __all__ = [
     "DEFAULT_DOMAIN",
@@ -26,6 +27,7 @@ __all__ = [
     "RangeRecord",
     "RankTrace",
     "Recorder",
+    "Status",
     "configure",
     "current_backend",
     "default_recorder",
@@ -36,6 +38,7 @@ __all__ = [
     "mark",
     "mstx_range",
     "recording",
+    "status",
     "window",
 ]
 

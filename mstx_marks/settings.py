@@ -23,7 +23,8 @@ from typing import Any, Callable, Union
 from . import backends, env
 from .backends.base import Backend, Emitter, EndFn, InstantFn, StartFn
 from .backends.record import Recorder
-from .diagnostics import warn
+from .diagnostics import warn, warn_once
+from .faults import Health, probing
 from .names import DEFAULT_DOMAIN, check_domain
 
 __all__ = ["configure", "current_backend", "is_active", "recording"]
@@ -76,16 +77,21 @@ class _Settings:
         self.explicit: dict[str, Any] = {}
         self.resolved = False
         self.spec: BackendSpec | None = None
-        self.backend: Backend = backends.NoopBackend()
+        #: What configure or the environment asked for; ``backend`` is what runs now, which a
+        #: fault may have degraded or put to rest until its retry.
+        self.armed: Backend = backends.NoopBackend()
+        self.backend: Backend = self.armed
+        self.health = Health()
         self.enabled = True
         self.include: frozenset[str] | None = None
         self.exclude: frozenset[str] = frozenset()
         self.ranks: frozenset[int] | None = None
         self.record = False
         self.emitters: dict[Hashable, Emitter] = {}
-        # Each current backend call -> its backend, so a fault names the right backend. Keyed by
-        # the call itself (held alive here), never by id(): a freed call's id can be reused.
-        self.owners: dict[Callable[..., object], Backend] = {}
+        # Each current backend call -> its backend and the stream key it alone serves (None: host
+        # ranges, or shared by several streams), so a fault names what failed. Keyed by the call
+        # itself (held alive here), never by id(): a freed call's id can be reused.
+        self.owners: dict[Callable[..., object], tuple[Backend, Hashable]] = {}
 
 
 _settings = _Settings()
@@ -207,8 +213,12 @@ def _resolve() -> None:
                 _apply()
 
 
-def _apply() -> None:
-    """Combine environment and ``configure`` values, pick the backend, rewrite every gate."""
+def _apply(rearm: bool = False) -> None:
+    """Combine environment and ``configure`` values, pick the backend, rewrite every gate.
+
+    ``rearm``: build the backend afresh even if the same one is asked for again, forgetting its
+    faults and back-offs (what ``configure(backend=...)`` promises).
+    """
     s = _settings
     merged = {**_from_env(), **s.explicit} if not s.resolved else {**s.explicit}
     if not s.resolved:
@@ -216,11 +226,14 @@ def _apply() -> None:
     s.resolved = True
     spec = merged.get("backend", "auto")
     record = bool(merged.get("record", False))
-    if spec != s.spec or record != s.record:
+    if spec != s.spec or record != s.record or rearm:
         s.spec, s.record = spec, record
-        s.backend = _create(spec)
+        backend = _create(spec)
         if record:
-            s.backend = backends.tee_with_recorder(s.backend)
+            backend = backends.tee_with_recorder(backend)
+        _rearm(backend)
+        s.armed = s.backend = backend
+        s.health.forget_backoff()
         s.emitters, s.owners = {}, {}
     s.enabled = merged.get("enabled", True)
     include = merged.get("include")
@@ -237,13 +250,31 @@ def _create(spec: BackendSpec) -> Backend:
     try:
         return backends.create(spec)
     except Exception as exc:
-        warn(f"backend {spec!r} cannot work here ({exc}); ranges are not recorded")
+        warn_once(
+            ("unavailable", spec, str(exc)),
+            f"backend {spec!r} cannot work here ({exc}); ranges are not recorded",
+        )
         return backends.NoopBackend()
+
+
+def _rearm(backend: Backend) -> None:
+    if isinstance(backend, backends.Tee):
+        backend.report = fault  # type: ignore[assignment]  # the tee contains its device's faults and reports them here
+    try:
+        backend.rearm()
+    except Exception as exc:  # a custom backend's rearm() must not reach the workload
+        warn_once(("rearm", backend.name), f"backend {backend.name!r}: rearm() raised {exc!r}")
+
+
+def _resting() -> bool:
+    """Whether the backend was put to rest by a fault (records nothing until its retry)."""
+    s = _settings
+    return isinstance(s.backend, backends.NoopBackend) and s.health.retry_at is not None
 
 
 def _active(domain: str) -> bool:
     s = _settings
-    if not s.enabled or isinstance(s.backend, backends.NoopBackend):
+    if not s.enabled or (isinstance(s.backend, backends.NoopBackend) and not _resting()):
         return False
     if s.ranks is not None and env.rank() not in s.ranks:
         return False
@@ -258,14 +289,32 @@ def _emitter_for(g: Gate) -> Emitter | None:
     key = _stream_key(g.stream)
     em = _settings.emitters.get(key)
     if em is None:
-        try:
-            em = _settings.backend.emitter(g.stream)
-        except Exception as exc:
-            _drop(_settings.backend, exc)
-            return None
-        _settings.emitters[key] = em
-        for call in (em.start, em.end, em.instant):
-            _settings.owners[call] = em.backend
+        em = _settings.emitters[key] = _build(key, g.stream)
+    return em
+
+
+def _build(key: Hashable, stream: Stream) -> Emitter:
+    """The calls for one stream setting: host-only while that stream rests, each wrapped to try
+    the retry when one is pending. Never raises: an ``emitter()`` that does is a fault."""
+    s, h = _settings, _settings.health
+    backend = s.backend
+    host_only = key in h.host_only
+    try:
+        em = backend.emitter(None if host_only else stream)
+    except Exception as exc:
+        if key is None or host_only:
+            _rest(backend, exc)
+        else:
+            _stream_fault(backend, key, exc)
+        return _build(key, stream)
+    part = None if host_only else key
+    due = [at for at in (h.host_only.get(key), h.retry_at) if at is not None]
+    if due:
+        em = probing(em, min(due), _retry, h)
+    for call in (em.start, em.end, em.instant):
+        prev = s.owners.get(call)
+        # a call serving two stream settings (range_end, the host calls) is the backend's own
+        s.owners[call] = (backend, part if prev is None or prev[1] == part else None)
     return em
 
 
@@ -278,29 +327,100 @@ def _refresh() -> None:
 
 
 def fault(call: Callable[..., object], exc: BaseException) -> int:
-    """A backend call raised: warn once, degrade or drop that backend, keep the workload running.
+    """A backend call raised: contain it to what failed and keep the workload running.
 
-    A call of a backend that was already replaced is ignored. Returns 0, the "not recorded"
-    handle, so the caller skips the matching end.
+    A call serving one stream setting sends that stream's ranges host-only; any other call
+    degrades the backend to its safer path, or puts it to rest. Either is retried after a
+    back-off (:mod:`mstx_marks.faults`). The first fault of each kind warns; later ones are
+    counted (:func:`mstx_marks.status`). A call of a backend already replaced is ignored.
+    Returns 0, the "not recorded" handle, so the caller skips the matching end.
     """
     with _lock:
-        backend = _settings.owners.get(call)
-        if backend is _settings.backend:
-            _drop(backend, exc)
+        owner = _settings.owners.get(call)
+        if owner is not None and owner[0] is _settings.backend:
+            backend, part = owner
+            if part is not None and part not in _settings.health.host_only:
+                _stream_fault(backend, part, exc)
+            else:
+                _backend_fault(backend, exc)
     return 0
 
 
-def _drop(backend: Backend, exc: BaseException) -> None:
+def describe_stream(key: Hashable) -> str:
+    """A stream key as users wrote the stream: ``'current'``, or the stream's repr."""
+    return repr(key[1]) if isinstance(key, tuple) and len(key) == 2 else repr(key)
+
+
+def _stream_fault(backend: Backend, key: Hashable, exc: BaseException) -> None:
+    h = _settings.health
+    h.note(f"{backend.name} stream", exc)
+    delay = h.delay(("stream", key))
+    h.host_only[key] = h.clock() + delay
+    warn_once(
+        ("stream fault", backend.name, key),
+        f"backend {backend.name!r}: ranges on stream {describe_stream(key)} raised {exc!r}; "
+        f"they are recorded on the host only, and the stream is tried again in {delay:g} s "
+        "(later faults are counted in mstx_marks.status())",
+    )
+    _settings.emitters.pop(key, None)
+    _refresh()
+
+
+def _backend_fault(backend: Backend, exc: BaseException) -> None:
+    _settings.health.note(f"{backend.name} call", exc)
     try:
         degraded = backend.degrade()
     except Exception:  # a custom backend's degrade() must not reach the workload either
         degraded = False
-    what = "switching to a safer path" if degraded else "ranges are no longer recorded"
-    warn(f"backend {backend.name!r} raised {exc!r}; {what}")
     if not degraded:
-        _settings.backend = backends.NoopBackend()
+        _rest(backend, exc)
+        return
+    delay = _settings.health.delay("backend")
+    _settings.health.retry_at = _settings.health.clock() + delay
+    warn_once(
+        ("degraded", backend.name),
+        f"backend {backend.name!r} raised {exc!r}; switching to a safer path, and the faster "
+        f"one is tried again in {delay:g} s (later faults are counted in mstx_marks.status())",
+    )
     _settings.emitters, _settings.owners = {}, {}
     _refresh()
+
+
+def _rest(backend: Backend, exc: BaseException) -> None:
+    """Record nothing until the retry: the backend has no safer path left."""
+    h = _settings.health
+    delay = h.delay("backend")
+    h.retry_at = h.clock() + delay
+    warn_once(
+        ("resting", backend.name),
+        f"backend {backend.name!r} raised {exc!r}; ranges are not recorded for {delay:g} s, "
+        "then it is tried again (later faults are counted in mstx_marks.status())",
+    )
+    _settings.backend = backends.NoopBackend()
+    _settings.emitters, _settings.owners = {}, {}
+    _refresh()
+
+
+def _retry() -> None:
+    """Try again what a fault set aside, once its back-off has passed. Called from the hot path
+    of a degraded gate, so it never waits: if the settings are busy it tries at the next range."""
+    if not _lock.acquire(blocking=False):
+        return
+    try:
+        s = _settings
+        streams = s.health.due()
+        if s.health.backend_due():
+            _rearm(s.armed)
+            s.backend = s.armed
+            s.emitters, s.owners = {}, {}
+        elif streams:
+            for key in streams:
+                s.emitters.pop(key, None)
+        else:
+            return
+        _refresh()
+    finally:
+        _lock.release()
 
 
 # --- the public calls --------------------------------------------------------------------------
@@ -381,7 +501,7 @@ def configure(
         # Not _resolve() first: that would build (and auto-detect) the env/default backend only
         # to replace it. Before the first resolution _apply merges the env under these values.
         _settings.explicit.update(changes)
-        _apply()
+        _apply(rearm=backend is not None)
 
 
 def is_active(domain: str | None = None) -> bool:
@@ -394,7 +514,7 @@ def is_active(domain: str | None = None) -> bool:
     """
     g = gate(domain)
     _resolve()
-    return g.start is not None
+    return g.start is not None and not _resting()
 
 
 def current_backend() -> Backend:

@@ -65,8 +65,13 @@ class Backend:
 
     def degrade(self) -> bool:
         """Called after one of this backend's calls raised. Return True if the backend switched to
-        a safer way of working and its emitters should be rebuilt, False to be replaced by noop."""
+        a safer way of working and its emitters should be rebuilt, False to rest (record nothing)
+        until the retry."""
         return False
+
+    def rearm(self) -> None:
+        """Go back to the fastest way of working: the retry after a back-off, and every
+        ``configure(backend=...)``, call this before building emitters again."""
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r}>"

@@ -3,7 +3,10 @@
 Names and domains were checked when each range was defined, so this backend calls the C entry
 points of ``torch_npu._C._mstx`` directly, with exactly the arguments torch_npu's public wrapper
 would pass them. Should a C call raise (an unexpected torch_npu release), the backend degrades to
-the public wrapper, which checks and swallows everything itself.
+the public wrapper, which checks and swallows everything itself. The wrapper prints an ``[ERROR]``
+line on stdout for every call it swallows, so its ``None`` ("I swallowed an error") counts as a
+fault too: after one such line the wrapper is not used again, and only the C path is retried
+(:mod:`mstx_marks.faults`), which keeps the job's stdout to a line or two however long it runs.
 
 Range id 0 means "not recorded" (no collector, or the domain is filtered out): the hot path then
 skips ``range_end``, as torch_npu's own code does.
@@ -19,7 +22,18 @@ from typing import Any, Callable
 from ..diagnostics import warn
 from .base import Backend, BackendUnavailable, Emitter
 
-__all__ = ["MstxBackend"]
+__all__ = ["MstxBackend", "WrapperFailed"]
+
+
+class WrapperFailed(RuntimeError):
+    """torch_npu's public wrapper swallowed an error (and printed it): it returned None."""
+
+
+def _checked(handle: Any) -> Any:
+    if handle is None:
+        raise WrapperFailed("torch_npu.npu.mstx.range_start failed (its [ERROR] line says why)")
+    return handle
+
 
 _C_ENTRY_POINTS = (
     "_mark",
@@ -35,7 +49,9 @@ class MstxBackend(Backend):
 
     name = "mstx"
 
-    def __init__(self) -> None:
+    def __init__(self, wrapper_only: bool = False) -> None:
+        """``wrapper_only``: always go through torch_npu's public wrapper, never the C entry
+        points (what the backend falls back to; for comparing the two)."""
         try:
             import torch_npu  # type: ignore[import-not-found,unused-ignore]
         except Exception as exc:
@@ -43,8 +59,14 @@ class MstxBackend(Backend):
         self._npu: Any = torch_npu.npu
         self._api: Any = torch_npu.npu.mstx
         c_mstx = getattr(getattr(torch_npu, "_C", None), "_mstx", None)
-        usable = c_mstx is not None and all(hasattr(c_mstx, f) for f in _C_ENTRY_POINTS)
-        self._c: Any = c_mstx if usable else None
+        usable = (
+            not wrapper_only
+            and c_mstx is not None
+            and all(hasattr(c_mstx, f) for f in _C_ENTRY_POINTS)
+        )
+        self._c_found: Any = c_mstx if usable else None
+        self._c: Any = self._c_found
+        self._wrapper_failed = False
         # Emitters are rebuilt on every settings change and degrade; warn once per bad stream.
         # Compared by identity (streams may be unhashable), never by id(): ids are reused.
         self._warned: list[object] = []
@@ -56,10 +78,14 @@ class MstxBackend(Backend):
             return False
 
     def degrade(self) -> bool:
-        if self._c is None:
+        if self._c is None:  # the wrapper failed: it is not tried again, only the C path is
+            self._wrapper_failed = True
             return False
         self._c = None
-        return True
+        return not self._wrapper_failed
+
+    def rearm(self) -> None:
+        self._c = self._c_found
 
     def _stream_source(self, stream: object) -> Callable[[], Any] | None:
         """A callable giving the stream for each range, or None for host-only ranges."""
@@ -98,10 +124,10 @@ class MstxBackend(Backend):
             return Emitter(self, start, c._range_end, mark)
 
         get = source or (lambda: None)
-        # The public wrapper returns None when it swallowed an error: "not recorded".
+        # The public wrapper returns None when it swallowed an error; its 0 is "not recorded".
         return Emitter(
             self,
-            lambda name, domain: api.range_start(name, get(), domain) or 0,
+            lambda name, domain: _checked(api.range_start(name, get(), domain)),
             api.range_end,
             lambda name, domain: api.mark(name, get(), domain),
         )

@@ -88,6 +88,12 @@ class Recorder(Backend):
         return self._pid
 
     @property
+    def used(self) -> int:
+        """How many events were recorded (or are being recorded) so far; O(1)."""
+        issued = int(self._next.__reduce__()[1][0])  # itertools.count's state, not consumed
+        return min(issued, self.capacity)
+
+    @property
     def dropped(self) -> int:
         """How many ranges and instants were not recorded because the recorder was full."""
         return self._dropped

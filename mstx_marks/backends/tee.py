@@ -18,7 +18,7 @@ True
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from .base import Backend, Emitter
 from .noop import NoopBackend
@@ -27,36 +27,70 @@ from .record import Recorder, default_recorder
 __all__ = ["Tee", "tee_with_recorder"]
 
 
+def _ignore_fault(call: object, exc: BaseException) -> object:
+    return 0
+
+
 class Tee(Backend):
-    """``device``'s ranges, each also kept by ``recorder``."""
+    """``device``'s ranges, each also kept by ``recorder``.
+
+    The recorder cannot fail, so a device fault never costs a record: the tee records first,
+    contains the device's exception and passes it to :attr:`report` (the settings' fault
+    handling). When the device has no safer path left it rests and the tee keeps recording.
+    """
 
     def __init__(self, device: Backend, recorder: Recorder) -> None:
         self.device, self.recorder = device, recorder
+        self._resting: Backend | None = None
         self.name = f"{device.name}+record"
+        #: Told of each device fault with the tee's own call that met it.
+        self.report: Callable[[object, BaseException], object] = _ignore_fault
 
     def device_present(self) -> bool:
         return self.device.device_present()
 
     def degrade(self) -> bool:
-        # Only the device side can fault in a way worth degrading; the recorder cannot raise.
-        return self.device.degrade()
+        try:
+            degraded = self.device.degrade()
+        except Exception:
+            degraded = False
+        if not degraded and self._resting is None:
+            self._resting, self.device = self.device, NoopBackend()
+        return True  # the recorder side still works
+
+    def rearm(self) -> None:
+        if self._resting is not None:
+            self.device, self._resting = self._resting, None
+        self.device.rearm()
 
     def emitter(self, stream: object) -> Emitter:
         dev, rec = self.device.emitter(stream), self.recorder.emitter(stream)
         dev_start, dev_end, dev_instant = dev.start, dev.end, dev.instant
         rec_start, rec_end, rec_instant = rec.start, rec.end, rec.instant
+        report = self.report
 
         def start(name: str, domain: str) -> tuple[Any, int]:
-            return dev_start(name, domain), rec_start(name, domain)
+            handle = rec_start(name, domain)
+            try:
+                return dev_start(name, domain), handle
+            except Exception as exc:
+                report(start, exc)
+                return 0, handle
 
         def end(handle: tuple[Any, int], domain: str) -> None:
-            rec_end(handle[1], domain)  # first: a raising device end must not lose the record
+            rec_end(handle[1], domain)
             if handle[0]:
-                dev_end(handle[0], domain)
+                try:
+                    dev_end(handle[0], domain)
+                except Exception as exc:
+                    report(end, exc)
 
         def instant(name: str, domain: str) -> None:
             rec_instant(name, domain)
-            dev_instant(name, domain)
+            try:
+                dev_instant(name, domain)
+            except Exception as exc:
+                report(instant, exc)
 
         return Emitter(self, start, end, instant)
 

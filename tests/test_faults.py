@@ -1,0 +1,157 @@
+"""Faults are contained to what failed and retried after a back-off (mstx_marks/faults.py).
+
+The mstx backend's own faults (C layer, wrapper, current_stream) are in test_backends_mstx.py;
+these use custom backends, the recorder tee and the back-off schedule itself.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from conftest import Failing, caught
+
+import mstx_marks
+from mstx_marks import configure, current_backend, instant, mark, mstx_range, status
+from mstx_marks.backends.base import Backend, Emitter
+from mstx_marks.faults import FIRST_DELAY_S, MAX_DELAY_S, Health
+from mstx_marks.settings import state
+
+
+def _later(seconds: float = 3600.0) -> None:
+    health = state().health
+    now = health.clock()
+    health.clock = lambda: now + seconds
+
+
+def test_back_off_doubles_per_part_up_to_the_cap() -> None:
+    h = Health(clock=lambda: 0.0)
+    delays = [h.delay("backend") for _ in range(12)]
+    assert delays[:4] == [FIRST_DELAY_S, 2 * FIRST_DELAY_S, 4 * FIRST_DELAY_S, 8 * FIRST_DELAY_S]
+    assert delays[-1] == MAX_DELAY_S and max(delays) == MAX_DELAY_S
+    assert h.delay(("stream", "current")) == FIRST_DELAY_S  # each part has its own back-off
+    h.forget_backoff()
+    assert h.delay("backend") == FIRST_DELAY_S
+
+
+def test_a_transient_fault_is_not_permanent() -> None:
+    backend = Failing(("start",))
+    configure(backend=backend)
+    work = mstx_range("w")(lambda: 1)
+    with caught() as w:
+        assert [work(), work()] == [1, 1]
+    assert len(w) == 1 and "not recorded for 1 s" in str(w[0].message)
+    assert current_backend().name == "noop" and backend.calls == ["start"]
+    backend.fail.clear()  # the hiccup is over
+    _later()
+    with caught() as w2:
+        assert [work(), work(), work()] == [1, 1, 1]
+    assert not w2
+    assert current_backend() is backend
+    # the first call after the back-off made the retry (and recorded nothing); then two ranges
+    assert backend.calls == ["start", "start", "end", "start", "end"]
+    assert status().faults == {"failing call: RuntimeError": 1}
+
+
+def test_the_recorder_beside_a_failing_device_loses_nothing() -> None:
+    device = Failing(("start", "end", "mark"))
+    configure(backend=device, record=True)
+    rec = mstx_marks.default_recorder()
+    with caught() as w:
+        for i in range(5):
+            with mark("step"):
+                instant("tick")
+                assert i >= 0
+    assert len(w) == 1  # one warning for the device, then its faults are counted
+    records = rec.records()
+    assert [r.name for r in records if r.kind == "range"] == ["step"] * 5
+    assert [r.name for r in records if r.kind == "instant"] == ["tick"] * 5
+    assert not any(getattr(r, "open", False) for r in records)
+    s = status()
+    assert s.backend == "failing+record" and s.recording and s.recorded == 10
+    assert sum(s.faults.values()) >= 1
+
+
+def test_a_device_beside_the_recorder_comes_back_after_its_back_off() -> None:
+    device = Failing(("start",))
+    configure(backend=device, record=True)
+    with caught(), mark("a"):
+        pass
+    device.fail.clear()
+    _later()
+    with mark("b"):  # makes the retry
+        pass
+    with mark("c"):
+        pass
+    assert device.calls[-2:] == ["start", "end"]
+    names = [r.name for r in mstx_marks.default_recorder().records()]
+    assert names == ["a", "b", "c"]
+
+
+class _BadRearm(Backend):
+    name = "bad_rearm"
+
+    def emitter(self, stream: object) -> Emitter:
+        return Emitter(self, lambda n, d: 1, lambda h, d: None, lambda n, d: None)
+
+    def rearm(self) -> None:
+        raise RuntimeError("rearm broke")
+
+
+def test_a_custom_backends_raising_rearm_warns_and_does_not_leak() -> None:
+    with caught() as w:
+        configure(backend=_BadRearm())
+        with mark("x"):
+            pass
+    assert any("rearm broke" in str(x.message) for x in w)
+    assert current_backend().name == "bad_rearm"
+
+
+def test_an_emitter_that_cannot_be_built_for_a_stream_leaves_host_ranges_alone() -> None:
+    class NoStreams(Backend):
+        name = "no_streams"
+
+        def __init__(self) -> None:
+            self.started: list[str] = []
+
+        def emitter(self, stream: object) -> Emitter:
+            if stream is not None:
+                raise RuntimeError("no streams here")
+            return Emitter(self, lambda n, d: self.started.append(n) or 1, _end, _end)
+
+    def _end(*_: Any) -> None:
+        return None
+
+    backend = NoStreams()
+    with caught() as w:
+        configure(backend=backend)  # gates made by earlier tests build their emitters here
+        with mark("on_stream", stream="current"):
+            pass
+        with mark("host"):
+            pass
+    assert backend.started == ["on_stream", "host"]
+    assert len(w) == 1 and "host only" in str(w[0].message)
+
+
+def test_status_says_what_happened_in_plain_words() -> None:
+    configure(backend=Failing(("start",)))
+    with caught(), mark("x"):
+        pass
+    text = str(status())
+    assert "backend: noop (configured: failing)" in text
+    assert "fault x1: failing call: RuntimeError" in text
+    assert "tried again in" in text
+
+
+@pytest.mark.parametrize("which", ["start", "end", "mark"])
+def test_faults_under_warnings_as_errors_never_reach_the_body(which: str) -> None:
+    import warnings
+
+    configure(backend=Failing((which,)))
+    ran = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with mark("x"):
+            instant("i")
+            ran.append(1)
+    assert ran == [1]
