@@ -188,6 +188,26 @@ def build_rows(stack: ExitStack, number: int) -> tuple[dict[str, Row], dict[str,
         )
     except ImportError:
         pass
+    try:
+        import torch
+
+        from mstx_marks.modules import instrument_modules
+
+        # One hooked module call (pre-hook + forward hook, one Module range) against the same
+        # module unhooked: the difference is what instrument_modules costs per module call.
+        hooked = torch.nn.Identity()
+        stack.callback(instrument_modules(hooked, depth=0).undo)
+        # The floor: the same two hooks doing nothing (torch's slow path for hooked modules).
+        bare = torch.nn.Identity()
+        bare.register_forward_pre_hook(lambda m, a: None, prepend=True)
+        bare.register_forward_hook(lambda m, a, o: None, always_call=True)
+        ns |= {"plain_module": torch.nn.Identity(), "hooked_module": hooked, "x": torch.zeros(1)}
+        ns["noop_hooked_module"] = bare
+        rows["module call, no hooks"] = ("plain_module(x)", "floor: bare call")
+        rows["module call, 2 no-op hooks"] = ("noop_hooked_module(x)", "module call, no hooks")
+        rows["module call, hooked"] = ("hooked_module(x)", "module call, 2 no-op hooks")
+    except ImportError:
+        pass
     return rows, ns
 
 
