@@ -295,3 +295,49 @@ def test_real_module_statistic_names_our_modules(tmp_path: Path) -> None:
     assert linear_ops["aten::addmm"] == 2
     block_ops = Counter(op for _, m, op, c, _ in rows if m == "Block" for _ in range(c))
     assert block_ops["aten::addmm"] == 6 and block_ops["aten::relu"] == 6
+
+
+def test_the_module_presets_hook_the_model_their_loader_built(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import sys
+    import types
+
+    from mstx_marks import presets
+
+    # Stand-ins with the real attribute paths: vLLM's GPUModelRunner.load_model sets
+    # self.model; verl's ActorRolloutRefWorker.init_model builds self.actor.engine.module.
+    runner_mod = types.ModuleType("vllm.v1.worker.gpu_model_runner")
+
+    class GPUModelRunner:
+        def load_model(self) -> None:
+            self.model = Net()
+
+    runner_mod.GPUModelRunner = GPUModelRunner  # type: ignore[attr-defined]
+    workers = types.ModuleType("verl.workers.engine_workers")
+
+    class ActorRolloutRefWorker:
+        def init_model(self) -> str:
+            engine = types.SimpleNamespace(module=Net(layers=1))
+            self.actor = types.SimpleNamespace(engine=engine)
+            return "built"
+
+    workers.ActorRolloutRefWorker = ActorRolloutRefWorker  # type: ignore[attr-defined]
+    for name, mod in [
+        ("vllm.v1.worker.gpu_model_runner", runner_mod),
+        ("verl.workers.engine_workers", workers),
+    ]:
+        monkeypatch.setitem(sys.modules, name, mod)
+    handles = [presets.apply("vllm_modules"), presets.apply("verl_modules")]
+    try:
+        runner = GPUModelRunner()
+        runner.load_model()
+        runner.model(torch.ones(1, 8))
+        worker = ActorRolloutRefWorker()
+        assert worker.init_model() == "built"
+        worker.actor.engine.module(torch.ones(1, 8))
+    finally:
+        for h in handles:
+            h.undo()
+    # depth 4 reaches each Block's Linear and ReLU: two forwards, 2 + 1 Blocks.
+    assert Counter(r.name for r in _ranges()) == {"Net": 2, "Block": 3, "Linear": 5, "ReLU": 3}
