@@ -2,8 +2,10 @@
 
 MSTX itself only rejects empty or non-``str`` messages, but the CANN tools that read the data
 document stricter limits: a message of at most 156 UTF-8 bytes for the Ascend PyTorch profiler and
-msprof, and domain names made of letters, digits and ``_``. Checking them here, once, when a range
-is defined, keeps every later call free of checks.
+msprof, and domain names made of letters, digits and ``_``. A name also may not hold a NUL or
+another control character (the C layer cuts at a NUL; the tools' CSV and tables break on the
+rest) nor a lone surrogate (it cannot be encoded as UTF-8, so the C call itself would raise).
+Checking them here, once, when a range is defined, keeps every later call free of checks.
 
 >>> check_name("update_actor")
 'update_actor'
@@ -24,6 +26,7 @@ __all__ = [
     "check_domain",
     "check_name",
     "fit_name",
+    "plain",
 ]
 
 DEFAULT_DOMAIN = "default"
@@ -33,6 +36,19 @@ MAX_NAME_BYTES = 156
 # character), so the common short name skips the encode.
 SAFE_CHARS = MAX_NAME_BYTES // 4
 _DOMAIN_RE = re.compile(r"[A-Za-z0-9_]+\Z")
+# C0 controls, DEL, C1 controls and lone surrogates: what a name may not hold.
+_UNFIT = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+_REPLACEMENT = "\ufffd"
+
+
+def plain(name: str) -> bool:
+    """Whether ``name`` holds no control character and no lone surrogate; a C-speed check for
+    the usual printable name, the exact one only for the rest.
+
+    >>> plain("update_actor"), plain("a" + chr(0) + "b"), plain("café" + chr(0xA0))
+    (True, False, True)
+    """
+    return name.isprintable() or _UNFIT.search(name) is None
 
 
 def _check_type(name: object, what: str) -> str:
@@ -56,6 +72,13 @@ def check_name(name: object, what: str = "range name") -> str:
     ValueError: range name 'ééé...'... is 160 UTF-8 bytes; MSTX allows at most 156
     """
     name = _check_type(name, what)
+    if not plain(name):
+        bad = _UNFIT.search(name)
+        raise ValueError(
+            f"{what} {name[:SAFE_CHARS]!r} holds {name[bad.start()]!r} at index {bad.start()}"
+            if bad
+            else f"{what} {name!r} holds a character MSTX cannot carry"
+        )
     size = _utf8_len(name)
     if size > MAX_NAME_BYTES:
         raise ValueError(
@@ -66,15 +89,23 @@ def check_name(name: object, what: str = "range name") -> str:
 
 
 def fit_name(name: object, what: str = "range name") -> str:
-    """Like :func:`check_name`, but cut an over-long name to the limit with one warning.
+    """Like :func:`check_name`, but cut an over-long name to the limit and replace characters
+    a name may not hold by U+FFFD, each with one warning.
 
     For names built at run time (``mark(f"micro_batch{i}")``), where an error would break the
     workload being observed. Empty and non-``str`` names are still refused.
 
-    >>> len(fit_name("é" * 100).encode())
-    156
+    >>> len(fit_name("é" * 100).encode()), fit_name("tab" + chr(9) + "here") == "tab\ufffdhere"
+    (156, True)
     """
     name = _check_type(name, what)
+    if not plain(name):
+        warn_once(
+            "unfit name",
+            f"{what} {name[:SAFE_CHARS]!r} holds control characters or lone surrogates;"
+            " they are replaced by U+FFFD (warned once)",
+        )
+        name = _UNFIT.sub(_REPLACEMENT, name)
     if _utf8_len(name) <= MAX_NAME_BYTES:
         return name
     warn_once(

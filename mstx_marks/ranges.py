@@ -225,7 +225,7 @@ class Mark:
         stream: object = None,
         sample: Policy | None = None,
     ) -> None:
-        if type(name) is not str or not 0 < len(name) <= SAFE_CHARS:
+        if type(name) is not str or not 0 < len(name) <= SAFE_CHARS or not name.isprintable():
             name, domain = _site_name(name, domain)
         g = _gate(domain, stream)
         self.name = name
@@ -524,7 +524,7 @@ def instant(name: Name, *, domain: str | None = None, stream: object = None) -> 
     >>> configure(backend="record")
     >>> instant("weights_synced", domain="verl")
     """
-    if type(name) is not str or not 0 < len(name) <= SAFE_CHARS:
+    if type(name) is not str or not 0 < len(name) <= SAFE_CHARS or not name.isprintable():
         name, domain = _site_name(name, domain)
     g = _gate(domain, stream)
     call = g.instant

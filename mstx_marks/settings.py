@@ -112,14 +112,36 @@ def _stream_key(stream: Stream) -> Hashable:
     return ("stream", stream)
 
 
+# Values that are surely not a device stream; anything else may be one (torch_npu's Stream class
+# cannot be checked before torch_npu is imported, which happens at first use, not definition).
+_NOT_STREAMS = (bool, int, float, complex, bytes, bytearray, list, tuple, dict, set, frozenset)
+
+
+def check_stream(stream: object) -> None:
+    """Refuse, at definition, a ``stream=`` that cannot be a stream.
+
+    >>> check_stream(5)
+    Traceback (most recent call last):
+    ...
+    TypeError: stream must be None, 'current' or a stream object (torch_npu.npu.Stream), got int 5
+    """
+    if isinstance(stream, str):
+        if stream != "current":
+            raise ValueError(f"stream must be None, 'current' or a stream object, got {stream!r}")
+    elif isinstance(stream, _NOT_STREAMS):
+        raise TypeError(
+            "stream must be None, 'current' or a stream object (torch_npu.npu.Stream), "
+            f"got {type(stream).__name__} {stream!r}"
+        )
+
+
 def gate(domain: str | None, stream: Stream = None) -> Gate:
     """The gate for ``(domain, stream)``, created (and the domain checked) on first request."""
     dom = DEFAULT_DOMAIN if domain is None else check_domain(domain)
     key = (dom, _stream_key(stream))
     found = _gates.get(key)
     if found is None:
-        if isinstance(stream, str) and stream != "current":
-            raise ValueError(f"stream must be None, 'current' or a stream object, got {stream!r}")
+        check_stream(stream)
         with _lock:
             found = _gates.get(key)
             if found is None:

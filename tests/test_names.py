@@ -86,6 +86,57 @@ def test_overlong_runtime_names_are_truncated_with_one_warning(
     assert all(len(n.encode()) <= MAX_NAME_BYTES for n in got)
 
 
+UNFIT = ["a\x00b", "tab\there", "new\nline", "del\x7f", "c1\x85", "lone\ud800", "\udfffx"]
+
+
+@pytest.mark.parametrize("name", UNFIT, ids=ascii)
+def test_names_with_control_characters_or_lone_surrogates_are_refused_at_definition(
+    name: str,
+) -> None:
+    for define in (mstx_range, Phase):
+        with pytest.raises(ValueError, match="holds") as info:
+            define(name)
+        assert repr(name[:5])[:-1] in str(info.value)  # the value is named
+
+
+@pytest.mark.parametrize("name", UNFIT, ids=ascii)
+def test_runtime_names_with_control_characters_are_replaced_with_one_warning(
+    recorder: mstx_marks.Recorder, name: str
+) -> None:
+    with caught() as w:
+        for _ in range(3):
+            with mark(name):
+                instant(name)
+    assert len(w) == 1 and "U+FFFD" in str(w[0].message)
+    got = {r.name for r in recorder.records()}
+    assert len(got) == 1
+    (clean,) = got
+    assert "\ufffd" in clean and clean.isprintable()
+    clean.encode("utf-8")  # what the C layer needs: no lone surrogate left
+
+
+def test_printable_unicode_names_are_kept_as_they_are(recorder: mstx_marks.Recorder) -> None:
+    names = ["caf\u00e9", "nbsp\u00a0x", "zero\u200bwidth", "日本語"]
+    with caught() as w:
+        for n in names:
+            with mark(n):
+                pass
+    assert not w
+    assert [r.name for r in recorder.records()] == names
+
+
+@pytest.mark.parametrize("stream", [5, 0, True, [], (), 1.5, b"s", {}], ids=repr)
+@pytest.mark.parametrize("api", ["mark", "mstx_range", "instant"])
+def test_a_stream_that_cannot_be_one_is_refused_at_definition(stream: Any, api: str) -> None:
+    define = {
+        "mark": lambda: mark("x", stream=stream),
+        "mstx_range": lambda: mstx_range("x", stream=stream),
+        "instant": lambda: instant("x", stream=stream),
+    }[api]
+    with pytest.raises(TypeError, match="stream must be None, 'current' or a stream object"):
+        define()
+
+
 @pytest.mark.parametrize("domain", [["verl"], {"verl": 1}])
 def test_an_unhashable_domain_is_refused_with_the_rule(domain: Any) -> None:
     with pytest.raises(TypeError, match="domain must be a str"):
