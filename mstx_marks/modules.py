@@ -110,9 +110,9 @@ _hooked_lock = threading.Lock()
 def class_name(module: object) -> str:
     """The module's class name, with FSDP2's generated ``FSDP<Class>`` seen through.
 
-    >>> import torch
-    >>> class_name(torch.nn.Linear(1, 1))
-    'Linear'
+    >>> class FSDPBlock: pass  # an ordinary class: its own name
+    >>> class_name(FSDPBlock())
+    'FSDPBlock'
     """
     for cls in type(module).__mro__:
         if not cls.__module__.startswith("torch.distributed.fsdp"):
@@ -197,9 +197,7 @@ def _compiling() -> Callable[[], bool]:
 def _check_model(model: object) -> None:
     for attr in ("named_children", "register_forward_pre_hook", "register_forward_hook"):
         if not callable(getattr(model, attr, None)):
-            raise TypeError(
-                f"model must be a torch.nn.Module, got {type(model).__name__} {model!r}"
-            )
+            raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
 
 
 def _choose(
@@ -239,11 +237,10 @@ def instrument_modules(
     reads); ``under_compile``: ``"skip"`` or ``"break"`` (module docstring). Bad arguments raise
     here; nothing raises while the model runs. Modules already hooked by a live call are skipped.
 
-    >>> import torch
-    >>> instrument_modules(torch.nn.Linear(1, 1), depth=-1)
+    >>> instrument_modules(object())
     Traceback (most recent call last):
     ...
-    ValueError: instrument_modules(depth=): must be >= 0, got -1
+    TypeError: model must be a torch.nn.Module, got object
     """
     _check_model(model)
     if depth is not None:

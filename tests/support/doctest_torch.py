@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 NEEDS_TORCH = {
+    "mstx_marks.modules",
     "mstx_marks.profiler.build_profiler",
     "mstx_marks.profiler.capture_steps",
     "mstx_marks.profiler.profiler_schedule",
