@@ -20,7 +20,7 @@ import functools
 import inspect
 import sys
 import threading
-from collections.abc import AsyncGenerator, Generator, MutableMapping
+from collections.abc import AsyncGenerator, Generator, Mapping, MutableMapping
 from threading import get_ident
 from time import perf_counter
 from types import FrameType
@@ -30,7 +30,7 @@ from .backends.base import EndFn
 from .names import SAFE_CHARS, check_name, fit_name
 from .phases import Phase
 from .sampling import Decisions, Policy
-from .settings import Gate, fault, gate, host_gates
+from .settings import Gate, attach, fault, gate, host_gates, instant_with_args, resolve
 
 __all__ = ["Mark", "Range", "Timed", "instant", "mark", "mstx_range"]
 
@@ -59,7 +59,9 @@ def _gate(domain: str | None, stream: object) -> Gate:
 # --- the shared begin/end of a range, for the function kinds that are not on the hot path -------
 
 
-def _begin(decide: Decisions | None, gate: Gate, name: str, domain: str) -> tuple[Any, Any]:
+def _begin(
+    decide: Decisions | None, gate: Gate | _ArgsGate, name: str, domain: str
+) -> tuple[Any, Any]:
     """Start a range: returns the ``end`` call to make and the handle to give it."""
     if (decide is not None and not next(decide)) or (start := gate.start) is None:
         return None, 0
@@ -191,6 +193,48 @@ def _target_name(target: Any) -> str:
 _Entry = Tuple[FrameType, Any, Any]
 
 
+class _ArgsGate:
+    """A gate whose ranges also keep ``args``: what ``mark(name, args=...)`` reads instead of the
+    shared gate. It follows the shared gate's settings at each use; ranges without args never
+    pay for it."""
+
+    __slots__ = ("_gate", "args")
+
+    def __init__(self, g: Gate, args: Mapping[str, Any]) -> None:
+        self._gate, self.args = g, args
+
+    @property
+    def domain(self) -> str:
+        return self._gate.domain
+
+    @property
+    def stream(self) -> object:
+        return self._gate.stream
+
+    @property
+    def end(self) -> EndFn:
+        return self._gate.end
+
+    @property
+    def start(self) -> Callable[[str, str], Any] | None:
+        resolve()  # the first-use stand-in's handles are not the recorder's
+        real = self._gate.start
+        if real is None:
+            return None
+        args = self.args
+
+        def start(name: str, domain: str) -> Any:
+            try:
+                handle = real(name, domain)
+            except Exception as exc:
+                return fault(real, exc)
+            if handle:
+                attach(handle, args)
+            return handle
+
+        return start
+
+
 class Mark:
     """A range definition: a context manager whose every entry is one range, and a decorator.
 
@@ -224,10 +268,16 @@ class Mark:
         domain: str | None = None,
         stream: object = None,
         sample: Policy | None = None,
+        args: Mapping[str, Any] | None = None,
     ) -> None:
         if type(name) is not str or not 0 < len(name) <= SAFE_CHARS or not name.isprintable():
             name, domain = _site_name(name, domain)
-        g = _gate(domain, stream)
+        base = _gate(domain, stream)
+        g: Gate | _ArgsGate = base
+        if args is not None:
+            if not isinstance(args, Mapping):
+                raise TypeError(f"args must be a mapping such as a dict, got {args!r}")
+            g = _ArgsGate(base, args)
         self.name = name
         self.domain = g.domain
         self._gate = g
@@ -339,7 +389,8 @@ class Mark:
         return Range(end, handle, self.domain)
 
     def __reduce__(self) -> tuple[Callable[..., Mark], tuple[Any, ...]]:
-        return (_rebuild, (self.name, self.domain, self._gate.stream, self._sample))
+        args = self._gate.args if isinstance(self._gate, _ArgsGate) else None
+        return (_rebuild, (self.name, self.domain, self._gate.stream, self._sample, args))
 
     def __repr__(self) -> str:
         return f"Mark({self.name!r}, domain={self.domain!r})"
@@ -359,8 +410,14 @@ class Range:
         _end(self._end, handle, self._domain)  # type: ignore[arg-type]
 
 
-def _rebuild(name: str, domain: str, stream: object, sample: Policy | None) -> Mark:
-    return Mark(name, domain=domain, stream=stream, sample=sample)
+def _rebuild(
+    name: str,
+    domain: str,
+    stream: object,
+    sample: Policy | None,
+    args: Mapping[str, Any] | None = None,
+) -> Mark:
+    return Mark(name, domain=domain, stream=stream, sample=sample, args=args)
 
 
 # Plain host ranges are cached per domain and name: `with mark("x")` in a loop then costs a dict
@@ -400,6 +457,7 @@ def mark(
     stream: object = None,
     sample: Policy | None = None,
     timing: None = None,
+    args: Mapping[str, Any] | None = None,
 ) -> Mark: ...
 
 
@@ -411,6 +469,7 @@ def mark(
     stream: object = None,
     sample: Policy | None = None,
     timing: MutableMapping[str, float],
+    args: Mapping[str, Any] | None = None,
 ) -> Timed: ...
 
 
@@ -421,6 +480,7 @@ def mark(
     stream: object = None,
     sample: Policy | None = None,
     timing: MutableMapping[str, float] | None = None,
+    args: Mapping[str, Any] | None = None,
 ) -> Mark | Timed:
     """A range around a ``with`` block, or around every call of a decorated function.
 
@@ -429,6 +489,8 @@ def mark(
     start) or a stream object; ``sample`` a :mod:`~mstx_marks.sampling` policy. Over-long names
     built at run time are truncated with one warning. With ``timing`` (a dict such as verl's
     ``timing_raw``) the block's seconds are also added to ``timing[name]``, exception or not.
+    ``args`` (a dict such as ``{"tokens": n}``) is kept with the range by the recorder and shown
+    in the Chrome trace and the report; the MSTX message stays the name alone.
 
     >>> from mstx_marks import configure
     >>> configure(backend="record")
@@ -442,9 +504,13 @@ def mark(
     ...     pass
     >>> list(timing_raw)
     ['gen']
+    >>> with mark("generate_sequences", args={"batch": 8}):
+    ...     pass
     """
     if timing is not None:
-        return Timed(mark(name, domain=domain, stream=stream, sample=sample), timing)
+        return Timed(mark(name, domain=domain, stream=stream, sample=sample, args=args), timing)
+    if args is not None:
+        return Mark(name, domain=domain, stream=stream, sample=sample, args=args)
     if stream is None and sample is None:
         try:
             sites = _cached.get(domain)
@@ -517,16 +583,28 @@ def mstx_range(
     return Mark(name, domain=domain, stream=stream, sample=sample)
 
 
-def instant(name: Name, *, domain: str | None = None, stream: object = None) -> None:
-    """Record an instant event (MSTX ``mark``).
+def instant(
+    name: Name,
+    *,
+    domain: str | None = None,
+    stream: object = None,
+    args: Mapping[str, Any] | None = None,
+) -> None:
+    """Record an instant event (MSTX ``mark``); ``args`` as for :func:`mark`.
 
     >>> from mstx_marks import configure
     >>> configure(backend="record")
     >>> instant("weights_synced", domain="verl")
+    >>> instant("batch_ready", args={"size": 32})
     """
     if type(name) is not str or not 0 < len(name) <= SAFE_CHARS or not name.isprintable():
         name, domain = _site_name(name, domain)
     g = _gate(domain, stream)
+    if args is not None:
+        if not isinstance(args, Mapping):
+            raise TypeError(f"args must be a mapping such as a dict, got {args!r}")
+        instant_with_args(g, name, args)
+        return
     call = g.instant
     if call is not None:
         try:

@@ -17,7 +17,7 @@ at first use, not at import.
 from __future__ import annotations
 
 import threading
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable, Iterable, Mapping
 from typing import Any, Callable, Union
 
 from . import backends, env
@@ -233,6 +233,10 @@ def _resolve() -> None:
         with _lock:
             if not _settings.resolved:
                 _apply()
+
+
+#: Apply the settings now if they were not yet (they are, at the first range otherwise).
+resolve = _resolve
 
 
 def _apply(rearm: bool = False) -> None:
@@ -537,6 +541,46 @@ def is_active(domain: str | None = None) -> bool:
     g = gate(domain)
     _resolve()
     return g.start is not None and not _resting()
+
+
+def recorder_of(backend: Backend) -> Recorder | None:
+    """The recorder that keeps ``backend``'s ranges, if any."""
+    if isinstance(backend, Recorder):
+        return backend
+    if isinstance(backend, backends.Tee):
+        return backend.recorder
+    return None
+
+
+def attach(handle: Any, args: Mapping[str, Any]) -> None:
+    """Keep ``args`` with the range ``handle`` where it is recorded; never raises."""
+    rec = recorder_of(_settings.backend)
+    try:
+        if isinstance(_settings.backend, backends.Tee):
+            handle = handle[1]
+        if rec is not None and type(handle) is int:
+            rec.set_args(handle, args)
+    except Exception:  # an unexpected handle shape: the range stands, its args are not kept
+        return
+
+
+def instant_with_args(g: Gate, name: str, args: Mapping[str, Any]) -> None:
+    """An instant through ``g`` that the recorder keeps with ``args``; never raises."""
+    _resolve()
+    call = g.instant
+    if call is None:
+        return
+    backend = _settings.backend
+    rec = recorder_of(backend)
+    try:
+        if rec is None:
+            call(name, g.domain)
+            return
+        if isinstance(backend, backends.Tee):
+            backend.device.emitter(g.stream).instant(name, g.domain)
+        rec.instant_with_args(name, g.domain, args)
+    except Exception as exc:
+        fault(call, exc)
 
 
 def current_backend() -> Backend:

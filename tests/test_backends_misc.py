@@ -285,3 +285,87 @@ def test_torch_backend_without_profiler_records_nothing() -> None:
     assert not w
     assert current_backend().name == "torch"  # no fault happened
     assert not torch.autograd.profiler._is_profiler_enabled
+
+
+# --- clear() with ranges open, and user arguments ----------------------------------------------
+
+
+def test_clear_with_a_range_open_does_not_touch_what_took_its_slot() -> None:
+    rec = Recorder(capacity=100)
+    stale = rec.range_start("open_at_clear", "default")
+    rec.clear()
+    rec.mark("later_instant", "default")  # takes the slot the stale range had
+    rec.range_end(stale, "default")  # the old range ends: nothing in this recording changes
+    (only,) = rec.records()
+    assert (only.kind, only.name) == ("instant", "later_instant")
+
+
+def test_clear_of_the_default_recorder_keeps_the_backend(recorder: Recorder) -> None:
+    m = mark("outer")
+    m.__enter__()
+    recorder.clear()
+    with caught() as w:
+        m.__exit__(None, None, None)
+        with mark("after"):
+            instant("point")
+    assert not w and current_backend() is recorder  # no fault: the backend was not dropped
+    assert [(r.name, r.kind) for r in recorder.records()] == [
+        ("after", "range"),
+        ("point", "instant"),
+    ]
+
+
+def test_ids_keep_counting_across_clears_and_forks_of_the_recording() -> None:
+    rec = Recorder(capacity=10)
+    first = rec.range_start("a", "d")
+    rec.clear()
+    second = rec.range_start("b", "d")
+    assert second > first
+    rec.range_end(second, "d")
+    assert [(r.name, r.open) for r in rec.records()] == [("b", False)]
+
+
+def test_args_are_kept_with_ranges_and_instants(recorder: Recorder) -> None:
+    for n in (3, 5):
+        with mark("generate", args={"tokens": n, "batch": 2}):
+            instant("first_token", args={"at": n})
+    with mark("plain"):
+        pass
+    got = [(r.name, r.kind, r.args) for r in recorder.records()]
+    assert got == [
+        ("generate", "range", {"tokens": 3, "batch": 2}),
+        ("first_token", "instant", {"at": 3}),
+        ("generate", "range", {"tokens": 5, "batch": 2}),
+        ("first_token", "instant", {"at": 5}),
+        ("plain", "range", None),
+    ]
+
+
+def test_args_beside_a_device_backend_and_the_device_sees_only_the_name() -> None:
+    from conftest import Tape
+
+    tape = Tape()
+    configure(backend=tape, record=True)
+    with mark("gen", args={"tokens": 4}):
+        instant("tick", args={"i": 1})
+    rec = mstx_marks.default_recorder()
+    assert [(r.name, r.args) for r in rec.records()] == [("gen", {"tokens": 4}), ("tick", {"i": 1})]
+    assert [r.name for r in tape.ranges.values()] == ["gen"]
+    assert [m[0] for m in tape.marks] == ["tick"]
+
+
+def test_args_must_be_a_mapping_at_definition() -> None:
+    with pytest.raises(TypeError, match="args must be a mapping"):
+        mark("x", args=[("tokens", 1)])  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="args must be a mapping"):
+        instant("x", args="tokens=1")  # type: ignore[arg-type]
+
+
+def test_args_reach_the_spill_file_and_back(tmp_path: Path, recorder: Recorder) -> None:
+    from mstx_marks.export.spill import Spill, read_spill
+
+    with mark("gen", args={"tokens": 7, "obj": object()}):
+        pass
+    path = Spill(tmp_path, recorder, rank=0).write_now()
+    (r,) = read_spill(path).records
+    assert r.args is not None and r.args["tokens"] == 7 and r.args["obj"].startswith("<object")

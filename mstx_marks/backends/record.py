@@ -5,6 +5,11 @@ thread), so a range costs 28 bytes whatever its name, and the hot path takes no 
 slot comes from an atomic counter and each write is a single item store. Names and domains are
 interned once. When ``capacity`` ranges are held, further ones are dropped and counted.
 
+Range ids keep counting across :meth:`Recorder.clear` (and the clear a forked child makes), so
+ending a range that was open when the recording was cleared does nothing, instead of ending
+whatever took its slot. The one lock (for new names and new chunks) is reentrant: a signal
+handler that starts a range while its thread held it does not deadlock.
+
 >>> rec = Recorder(capacity=10)
 >>> rec.range_end(rec.range_start("step", "default"), "default")
 >>> [(r.name, r.domain, r.kind) for r in rec.records()]
@@ -20,6 +25,7 @@ import threading
 import weakref
 from array import array
 from time import time_ns
+from typing import Any, Mapping
 
 from ..records import InstantRecord, RangeRecord, Record
 from .base import Backend, Emitter
@@ -59,13 +65,19 @@ class Recorder(Backend):
         if type(capacity) is not int or capacity < 1:
             raise ValueError(f"capacity must be an int >= 1, got {capacity!r}")
         self.capacity = capacity
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
+        self._base = 0
         self._reset()
         # A forked worker must not report its parent's ranges as its own.
         os.register_at_fork(after_in_child=functools.partial(_clear_if_alive, weakref.ref(self)))
 
     def _reset(self) -> None:
+        # Ids of this recording start past every id handed out before, whose ends are ignored.
+        if hasattr(self, "_next"):
+            self._base += self._issued()
         self._next = itertools.count()
+        #: User arguments of events that have some (``mark(name, args=...)``), by slot.
+        self._args: dict[int, Mapping[str, Any]] = {}
         self._starts: list[array[int]] = []
         self._ends: list[array[int]] = []
         self._keys: list[array[int]] = []
@@ -87,11 +99,13 @@ class Recorder(Backend):
         """The process whose events these are (a forked child's own, once it cleared)."""
         return self._pid
 
+    def _issued(self) -> int:
+        return int(self._next.__reduce__()[1][0])  # itertools.count's state, not consumed
+
     @property
     def used(self) -> int:
         """How many events were recorded (or are being recorded) so far; O(1)."""
-        issued = int(self._next.__reduce__()[1][0])  # itertools.count's state, not consumed
-        return min(issued, self.capacity)
+        return min(self._issued(), self.capacity)
 
     @property
     def dropped(self) -> int:
@@ -140,13 +154,24 @@ class Recorder(Backend):
         names = self._key_of.get(domain)
         key = None if names is None else names.get(name)
         self._keys[chunk][off] = self._new_key(name, domain) if key is None else key
-        return i + 1
+        return self._base + i + 1
 
     def range_end(self, range_id: int, domain: str) -> None:
-        """Close a range opened by :meth:`range_start`, from any thread."""
-        if range_id > 0:
-            i = range_id - 1
+        """Close a range opened by :meth:`range_start`, from any thread; one opened before the
+        last :meth:`clear` is ignored."""
+        i = range_id - self._base - 1
+        if i >= 0:
             self._ends[i >> _SHIFT][i & _MASK] = time_ns()
+
+    def set_args(self, range_id: int, args: Mapping[str, Any]) -> None:
+        """Attach ``args`` to the event ``range_id`` (what :meth:`range_start` returned)."""
+        i = range_id - self._base - 1
+        if i >= 0:
+            self._args[i] = args
+
+    def instant_with_args(self, name: str, domain: str, args: Mapping[str, Any]) -> None:
+        """Record an instant event carrying ``args``."""
+        self.set_args(self.range_start(name, domain, _INSTANT), args)
 
     def mark(self, name: str, domain: str) -> None:
         """Record an instant event."""
@@ -162,7 +187,7 @@ class Recorder(Backend):
         if cursor.generation != self.generation:  # cleared (or forked) since: start over
             cursor.reset(self.generation)
         out: list[Record] = []
-        names, pid = self._names, self._pid
+        names, pid, args = self._names, self._pid, self._args
         still_open = []
         for i in cursor.open:
             chunk, off = i >> _SHIFT, i & _MASK
@@ -172,7 +197,7 @@ class Recorder(Backend):
             else:
                 name, domain = names[self._keys[chunk][off]]
                 start, tid = self._starts[chunk][off], self._tids[chunk][off]
-                out.append(RangeRecord(name, domain, start, end, tid, pid))
+                out.append(RangeRecord(name, domain, start, end, tid, pid, False, args.get(i)))
         i = cursor.next
         while (chunk := i >> _SHIFT) < len(self._starts):
             off = i & _MASK
@@ -186,9 +211,9 @@ class Recorder(Backend):
                 name, domain = names[key]
                 start, tid = self._starts[chunk][off], self._tids[chunk][off]
                 if end == _INSTANT:
-                    out.append(InstantRecord(name, domain, start, tid, pid))
+                    out.append(InstantRecord(name, domain, start, tid, pid, args.get(i)))
                 else:
-                    out.append(RangeRecord(name, domain, start, end, tid, pid))
+                    out.append(RangeRecord(name, domain, start, end, tid, pid, False, args.get(i)))
             i += 1
         cursor.next, cursor.open = i, still_open
         return out
@@ -203,7 +228,18 @@ class Recorder(Backend):
             if self._ends[chunk][off] == _OPEN:
                 name, domain = self._names[self._keys[chunk][off]]
                 start, tid = self._starts[chunk][off], self._tids[chunk][off]
-                out.append(RangeRecord(name, domain, start, max(now, start), tid, self._pid, True))
+                out.append(
+                    RangeRecord(
+                        name,
+                        domain,
+                        start,
+                        max(now, start),
+                        tid,
+                        self._pid,
+                        True,
+                        self._args.get(i),
+                    )
+                )
         return out
 
     def __len__(self) -> int:
@@ -213,18 +249,23 @@ class Recorder(Backend):
         """Everything recorded, in the order the events started. A range still open is ended
         now and flagged ``open``."""
         out: list[Record] = []
-        names, pid, now = self._names, self._pid, time_ns()
+        names, pid, now, args = self._names, self._pid, time_ns(), self._args
+        i = -1
         for starts, ends, keys, tids in zip(self._starts, self._ends, self._keys, self._tids):
             for start, end, key, tid in zip(starts, ends, keys, tids):
+                i += 1
                 if not key:
                     continue
                 name, domain = names[key]
+                extra = args.get(i) if args else None
                 if end == _INSTANT:
-                    out.append(InstantRecord(name, domain, start, tid, pid))
+                    out.append(InstantRecord(name, domain, start, tid, pid, extra))
                 elif end == _OPEN:
-                    out.append(RangeRecord(name, domain, start, max(now, start), tid, pid, True))
+                    out.append(
+                        RangeRecord(name, domain, start, max(now, start), tid, pid, True, extra)
+                    )
                 else:
-                    out.append(RangeRecord(name, domain, start, end, tid, pid))
+                    out.append(RangeRecord(name, domain, start, end, tid, pid, False, extra))
         return out
 
 

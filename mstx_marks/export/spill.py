@@ -11,7 +11,8 @@ The first line is a header (``{"mstx_marks_spill": 1, "pid", "host", "rank", "ro
 "mono_ns"}``); later ``{"rank": N}`` or ``{"role": R}`` lines update what became known (a
 rank once torch.distributed is up). Each event is ``[kind, name, domain, start_ns, end_ns, tid]``
 with kind ``"r"`` (a range), ``"o"`` (a range still open at the last write, ended then) or ``"i"``
-(an instant; ``end_ns`` is null).
+(an instant; ``end_ns`` is null), and a seventh item, an object, when the event has user
+arguments (``mark(name, args=...)``; values JSON cannot hold are written as their ``str``).
 
 >>> import tempfile, pathlib
 >>> from mstx_marks.backends.record import Recorder
@@ -51,8 +52,13 @@ def spill_path(out_dir: str | Path, pid: int | None = None) -> Path:
 
 def _line(rec: Record) -> list[Any]:
     if isinstance(rec, InstantRecord):
-        return ["i", rec.name, rec.domain, rec.start_ns, None, rec.thread]
-    return ["o" if rec.open else "r", rec.name, rec.domain, rec.start_ns, rec.end_ns, rec.thread]
+        line = ["i", rec.name, rec.domain, rec.start_ns, None, rec.thread]
+    else:
+        kind = "o" if rec.open else "r"
+        line = [kind, rec.name, rec.domain, rec.start_ns, rec.end_ns, rec.thread]
+    if rec.args:
+        line.append(dict(rec.args))
+    return line
 
 
 class Spill:
@@ -115,7 +121,7 @@ class Spill:
                 self._fd = self._open()
                 meta = []  # the header has them
             lines = [json.dumps(m) for m in meta]
-            lines += [json.dumps(_line(e), ensure_ascii=False) for e in events]
+            lines += [json.dumps(_line(e), ensure_ascii=False, default=str) for e in events]
             # One write per batch: a crash tears at most the last line.
             os.write(self._fd, ("\n".join(lines) + "\n").encode("utf-8", "surrogatepass"))
             self._written_rank, self._written_role = self.rank, self.role
@@ -172,13 +178,16 @@ def read_spill(path: str | Path) -> RankTrace:
             role = str(item.get("role", role))
             continue
         try:
-            kind, name, domain, start, end, tid = item
+            kind, name, domain, start, end, tid, *more = item
+            args = more[0] if more and isinstance(more[0], dict) else None
             if kind == "i":
-                records.append(InstantRecord(str(name), str(domain), int(start), int(tid), pid))
+                records.append(
+                    InstantRecord(str(name), str(domain), int(start), int(tid), pid, args)
+                )
             else:
                 records.append(
                     RangeRecord(str(name), str(domain), int(start), int(end), int(tid), pid,
-                                kind == "o")
+                                kind == "o", args)
                 )  # fmt: skip
         except (TypeError, ValueError) as e:
             raise TraceFileError(path, f"line {number} is not an event ({e})") from None
