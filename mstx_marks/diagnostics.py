@@ -30,7 +30,8 @@ _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 # `with mark(...)` reached through ExitStack runs our code from contextlib's frames.
 _CONTEXTLIB = contextlib.__file__
 _said: set[Hashable] = set()
-_said_lock = threading.Lock()
+# Reentrant: a signal handler that warns may interrupt its own thread holding it.
+_said_lock = threading.RLock()
 
 
 class MstxMarksWarning(UserWarning):
