@@ -35,6 +35,7 @@ __all__ = [
     "SAMPLE_LIMIT",
     "PhaseAgg",
     "PhaseSummary",
+    "PoolBudget",
     "ProcessPart",
     "Stats",
     "Summary",
@@ -86,7 +87,8 @@ class Summary:
     sources: dict[int, str]
     errors: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-    #: Per rank, the keys of its steps in order (see :mod:`mstx_marks.steps`).
+    #: Per rank, the keys of its steps in order (see :mod:`mstx_marks.steps`), for the ranks
+    #: whose steps are not simply numbered 1, 2, ... (an empty list: numbered in order).
     step_keys: dict[int, list[str]] = field(default_factory=dict)
 
 
@@ -138,12 +140,19 @@ class ProcessPart:
     #: (earliest start, latest end) of its ranges, None when it has none.
     span: Span | None = None
     first_ns: int | None = None  # earliest timestamp of any record (which clock it is on)
-    steps: list[Step] = field(default_factory=list)
+    step_count: int = 0
+    step_time_ns: int = 0  # time inside steps, or the whole span when there are none
+    #: The steps' keys when they are not 1, 2, ... (kept small: a part holds no list per step).
+    step_keys: list[str] = field(default_factory=list)
     phases: dict[str, PhaseAgg] = field(default_factory=dict)
 
-    @property
-    def step_time_ns(self) -> int:
-        return step_time_ns(self.steps, self.span)
+    def set_steps(self, steps: list[Step]) -> ProcessPart:
+        """Keep what the summary needs of ``steps``: their number, time and unusual keys."""
+        self.step_count = len(steps)
+        self.step_time_ns = step_time_ns(steps, self.span)
+        ordinal = all(s.key == str(i) for i, s in enumerate(steps, start=1))
+        self.step_keys = [] if ordinal else [s.key for s in steps]
+        return self
 
 
 def aggregate_trace(
@@ -174,9 +183,35 @@ def aggregate_trace(
         n_records=len(records),
         span=None if lo is None or hi is None else (lo, hi),
         first_ns=min((r.start_ns for r in records), default=None),
-        steps=find_steps(paired, steps, fold),
         phases={name: phase_agg(sorted(d), first[name]) for name, d in durations.items()},
-    )
+    ).set_steps(find_steps(paired, steps, fold))
+
+
+class PoolBudget:
+    """Keeps the parts' sorted durations only while they can still be pooled.
+
+    A phase whose durations across the parts seen pass :data:`POOL_LIMIT` (or of which one
+    part had too many to ship) will be read from sketches: its durations are dropped from every
+    part at once, so the parts held stay a few numbers each, however many ranks there are.
+    """
+
+    def __init__(self) -> None:
+        self.pooled: dict[str, int] = {}
+        self.over: set[str] = set()
+        self.parts: list[ProcessPart] = []
+
+    def admit(self, part: ProcessPart) -> None:
+        self.parts.append(part)
+        for name, agg in part.phases.items():
+            if name in self.over:
+                agg.sample = None
+                continue
+            self.pooled[name] = self.pooled.get(name, 0) + agg.count
+            if agg.sample is None or self.pooled[name] > POOL_LIMIT:
+                self.over.add(name)
+                for other in self.parts:
+                    if name in other.phases:
+                        other.phases[name].sample = None
 
 
 def _stats(count: int, total: int, max_ns: int, p50: float, p90: float, step: int) -> Stats:
@@ -228,7 +263,7 @@ def combine(parts: Iterable[ProcessPart]) -> Summary:
     return Summary(
         phases=result,
         step_time_ns=step_time,
-        step_count={rank: len(p.steps) for rank, p in by_rank.items()},
+        step_count={rank: p.step_count for rank, p in by_rank.items()},
         sources={rank: str(p.source) for rank, p in by_rank.items()},
-        step_keys={rank: [s.key for s in p.steps] for rank, p in by_rank.items()},
+        step_keys={rank: p.step_keys for rank, p in by_rank.items()},
     )

@@ -28,7 +28,15 @@ import sys
 from pathlib import Path
 from typing import Callable, Sequence, TypeVar
 
-from .aggregate import PhaseSummary, ProcessPart, Stats, Summary, aggregate_trace, combine
+from .aggregate import (
+    PhaseSummary,
+    PoolBudget,
+    ProcessPart,
+    Stats,
+    Summary,
+    aggregate_trace,
+    combine,
+)
 from .copies import Copy, pick_copies
 from .readers import find_trace_files, part_of_file, read_trace_file
 from .readers.chrome_json import NothingToRead
@@ -198,12 +206,15 @@ def summarize_path(
     files = find_trace_files(root, errors)
     meter = Progress(len(files)) if progress else None
     loaded: list[tuple[Path, list[Copy[ProcessPart]]]] = []
+    budget = PoolBudget()
     for (file, _), (status, value) in map_files(
         _part_job, [(f, steps) for f in files], jobs, meter
     ):
         if isinstance(value, str):
             (notes if status == "note" else errors).append(value)
             continue
+        for p in value:
+            budget.admit(p)
         copies = [Copy(p.rank, p.pids, p.n_records, p.source, p.first_ns, p.role, p) for p in value]
         loaded.append((file, copies))
     loaded.sort(key=lambda item: item[0])  # workers finish in any order; choose as if in order

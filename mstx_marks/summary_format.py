@@ -46,7 +46,7 @@ def _steps_phrase(summary: Summary, rank: int) -> str:
     keys = summary.step_keys.get(rank, [])
     count = summary.step_count[rank]
     text = f"rank {rank}: {count} steps"
-    if keys and keys != [str(i) for i in range(1, len(keys) + 1)]:
+    if keys:
         shown = ", ".join(printable(k) for k in keys[:4]) + (", ..." if len(keys) > 4 else "")
         text += f" ({shown})"
     return text + f", {_ms(summary.step_time_ns[rank])} ms"

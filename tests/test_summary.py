@@ -238,7 +238,8 @@ def _part_key(part: object) -> object:
         n: (a.count, a.total_ns, a.max_ns, a.p50_ns, a.p90_ns, a.first_start_ns)
         for n, a in part.phases.items()
     }
-    return part.rank, part.pids, part.n_records, part.span, part.first_ns, part.steps, phases
+    steps = part.step_count, part.step_time_ns, part.step_keys
+    return part.rank, part.pids, part.n_records, part.span, part.first_ns, steps, phases
 
 
 @settings(max_examples=40, deadline=None)

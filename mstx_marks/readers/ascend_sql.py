@@ -15,7 +15,7 @@ reading the file with :func:`~mstx_marks.export.read_ascend_db` and aggregating 
 >>> db = pathlib.Path(tempfile.mkdtemp()) / "ascend_pytorch_profiler_3.db"
 >>> _ = write_ascend_db(db, RankTrace(3, [RangeRecord("step", "default", 100, 250, 1, 2)]))
 >>> part = aggregate_db(db)
->>> part.rank, part.steps[0].time_ns, part.phases["step"].count
+>>> part.rank, part.step_time_ns, part.phases["step"].count
 (3, 150, 1)
 """
 
@@ -159,9 +159,8 @@ def _aggregate(
         n_records=int(n_rows) - len(paired),
         span=None if lo is None else (lo, max(ends)),
         first_ns=None if first_ns is None else int(first_ns),
-        steps=found,
         phases={name: phase_agg(d, first[name]) for name, d in durations.items()},
-    )
+    ).set_steps(found)
 
 
 def _steps(
