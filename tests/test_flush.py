@@ -3,6 +3,7 @@ means recording; an empty recording says why and never replaces one that held ra
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -98,6 +99,90 @@ def test_a_signal_during_a_flush_neither_hangs_nor_loses_the_recording(tmp_path:
     assert proc.returncode == -signal.SIGTERM, proc.stderr
     (db,) = tmp_path.glob("ascend/*/ASCEND_PROFILER_OUTPUT/ascend_pytorch_profiler_0.db")
     assert [r.name for r in read_ascend_db(db).ranges] == ["update_actor"]
+
+
+_TWO_SIGNALS = """
+import os, signal, sys, threading, time
+from mstx_marks.backends.record import Recorder
+from mstx_marks.export import flush_at_exit
+
+flushes = []
+
+class Slow(Recorder):
+    def records(self):
+        flushes.append(1)
+        sys.stderr.write(f"flush {len(flushes)}\\n")
+        if len(flushes) == 1:  # a second SIGTERM arrives while the first one's flush runs
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.2)
+        return super().records()
+
+def user_handler(num, frame):  # installed before ours: still runs, once, after the flush
+    sys.stderr.write("user handler\\n")
+    sys.exit(3)
+
+signal.signal(signal.SIGTERM, user_handler)
+rec = Slow()
+rec.range_end(rec.range_start("update_actor", "default"), "default")
+flush_at_exit(sys.argv[1], rank=0, recorder=rec, signals=(signal.SIGTERM,))
+os.kill(os.getpid(), signal.SIGTERM)
+time.sleep(30)
+"""
+
+
+def test_a_second_signal_does_not_restart_the_flush_and_handlers_chain(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-c", _TWO_SIGNALS, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    # one flush from the signal; the atexit flush after sys.exit(3) is the second
+    lines = proc.stderr.splitlines()
+    assert lines[:2] == ["flush 1", "user handler"], proc.stderr
+    assert proc.returncode == 3
+    (db,) = tmp_path.glob("ascend/*/ASCEND_PROFILER_OUTPUT/ascend_pytorch_profiler_0.db")
+    assert [r.name for r in read_ascend_db(db).ranges] == ["update_actor"]
+    assert not [p for p in tmp_path.rglob("*") if ".tmp" in p.name]
+
+
+def test_what_a_killed_writer_left_is_removed_by_the_next_write(tmp_path: Path) -> None:
+    from mstx_marks.export.files import atomic_write_bytes
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True).stdout.strip()  # fmt: skip
+    target = tmp_path / "rank0.trace.json"
+    stale = [
+        tmp_path / f".rank0.trace.json.{dead}.abc.tmp",
+        tmp_path / f".rank0.trace.json.{dead}.abc.tmp-journal",
+    ]
+    mine = tmp_path / f".rank0.trace.json.{os.getpid()}.live.tmp"  # a writer still running
+    for p in [*stale, mine]:
+        p.write_bytes(b"half")
+    atomic_write_bytes(target, b"{}")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([target.name, mine.name])
+
+
+def test_chrome_trace_and_database_are_replaced_together(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mstx_marks.export import flush as flush_module
+    from mstx_marks.records import RangeRecord, RankTrace
+
+    first = RankTrace(0, [RangeRecord("first", "default", 1, 2, 1, 1)])
+    paths = flush_module.export_rank(tmp_path, first)
+
+    def broken_db(path: object, trace: object) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(flush_module, "write_ascend_db", broken_db)
+    second = RankTrace(0, [RangeRecord("second", "default", 1, 2, 1, 1)])
+    with pytest.raises(OSError, match="disk full"):
+        flush_module.export_rank(tmp_path, second, db_path=paths[1])
+    # the Chrome trace was written but not put in place: both files still hold the first flush
+    assert [r.name for r in read_chrome_trace(paths[0])[0].ranges] == ["first"]
+    assert [r.name for r in read_ascend_db(paths[1]).ranges] == ["first"]
+    assert not [p for p in tmp_path.rglob("*") if ".tmp" in p.name]
 
 
 def test_asking_for_files_means_recording(tmp_path: Path) -> None:

@@ -30,6 +30,7 @@ from ..diagnostics import warn_once
 from ..records import RankTrace
 from .ascend_db import ascend_db_path, write_ascend_db
 from .chrome import write_chrome_trace
+from .files import atomic_paths
 
 __all__ = ["chrome_trace_path", "export_rank", "flush_at_exit"]
 
@@ -57,10 +58,13 @@ def export_rank(
     """
     if db_path is None:
         db_path = ascend_db_path(Path(out_dir) / "ascend", trace.rank)
-    return [
-        write_chrome_trace(chrome_trace_path(out_dir, trace.rank, process), [trace]),
-        write_ascend_db(db_path, trace),
-    ]
+    chrome = chrome_trace_path(out_dir, trace.rank, process)
+    # Both files are written, then replaced together: a reader never gets one rank's Chrome
+    # trace from one flush and its database from another.
+    with atomic_paths(chrome, db_path) as (chrome_tmp, db_tmp):
+        write_chrome_trace(chrome_tmp, [trace])
+        write_ascend_db(db_tmp, trace)
+    return [chrome, Path(db_path)]
 
 
 def flush_at_exit(
@@ -131,10 +135,20 @@ def _why_empty() -> str:
 
 
 def _chain_signal(signum: int, before: Callable[[], None]) -> None:
+    """Run ``before`` on ``signum``, then what was installed before (dying of the signal when
+    that was the default). A signal arriving while ``before`` runs does not start it again: the
+    first one's flush finishes, then the chain goes on."""
     previous = signal.getsignal(signum)
+    running = []
 
     def handler(num: int, frame: FrameType | None) -> None:
-        before()
+        if running:
+            return  # a second signal during the flush: the first one carries on
+        running.append(num)
+        try:
+            before()
+        finally:
+            running.clear()
         signal.signal(num, previous)
         if callable(previous):
             previous(num, frame)
