@@ -139,7 +139,7 @@ def _chain_signal(signum: int, before: Callable[[], None]) -> None:
     that was the default). A signal arriving while ``before`` runs does not start it again: the
     first one's flush finishes, then the chain goes on."""
     previous = signal.getsignal(signum)
-    running = []
+    running: list[int] = []
 
     def handler(num: int, frame: FrameType | None) -> None:
         if running:
