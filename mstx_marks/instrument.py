@@ -21,6 +21,7 @@ applies them in every process of a job.
 
 from __future__ import annotations
 
+import builtins
 import functools
 import importlib
 import threading
@@ -31,8 +32,9 @@ from typing import Any, Callable, Union
 from .diagnostics import warn
 from .names import check_name, fit_name
 from .phases import Phase
-from .ranges import _target_name, _wrap, mark, rewrap
+from .ranges import _ArgsGate, _target_name, _wrap, mark, rewrap
 from .sampling import Policy
+from .settings import Gate, closed_gate
 
 __all__ = [
     "Instrumented",
@@ -49,6 +51,8 @@ Target = Union[type, ModuleType, str, object]
 
 _lock = threading.RLock()
 _ABSENT = object()
+_RANGES = _wrap.__module__
+_busy = threading.local()
 
 
 class _Patch:
@@ -137,10 +141,29 @@ class Instrumented:
 def _restore(patch: _Patch) -> None:
     del _live[patch.installed]
     if patch.current() is not patch.installed:
-        # Someone patched over our wrapper; restoring would throw their patch away.
-        warn(f"{patch.label} was replaced after it was instrumented; it is left as it is")
+        # Someone patched over our wrapper; restoring would throw their patch away. Ours stays
+        # inside theirs, so it is switched off for good: undo means no more ranges from it.
+        _retire(patch.installed)
+        warn(
+            f"{patch.label} was replaced after it was instrumented; it is left as it is, "
+            "and the range it held is switched off"
+        )
     else:
         patch.put_back()
+
+
+def _retire(wrapper: object, depth: int = 0) -> None:
+    """Point every gate a wrapper of ours reads (through its closure) at a closed gate."""
+    func = getattr(wrapper, "__func__", wrapper)  # a staticmethod or classmethod of ours
+    for cell in getattr(func, "__closure__", None) or ():
+        try:
+            held = cell.cell_contents
+        except ValueError:  # an empty cell
+            continue
+        if isinstance(held, (Gate, _ArgsGate)):
+            cell.cell_contents = closed_gate(held.domain)
+        elif callable(held) and depth < 3 and getattr(held, "__module__", "") == _RANGES:
+            _retire(held, depth + 1)  # the range wrapper behind a sampling or guard wrapper
 
 
 def _label(target: object) -> str:
@@ -205,6 +228,32 @@ def _check_patchable(raw: object, label: str, attr: str) -> None:
         )
 
 
+def _binds_nothing(raw: object) -> bool:
+    """Whether ``raw``, stored on a class, is called as it is: it is no descriptor."""
+    return not isinstance(raw, (staticmethod, classmethod)) and not hasattr(type(raw), "__get__")
+
+
+def _guarded(raw: Callable[..., Any], wrapped: Callable[..., Any]) -> Callable[..., Any]:
+    """For a builtin: the range machinery may itself call it (``len``), so a call made while
+    this thread is already inside the wrapper goes straight to the builtin."""
+
+    @functools.wraps(raw)
+    def guarded(*args: Any, **kwargs: Any) -> Any:
+        try:  # no builtin is called here: it may be the one instrumented
+            busy = _busy.on
+        except AttributeError:
+            busy = False
+        if busy:
+            return raw(*args, **kwargs)
+        _busy.on = True
+        try:
+            return wrapped(*args, **kwargs)
+        finally:
+            _busy.on = False
+
+    return guarded
+
+
 def _attr_names(attrs: str | Sequence[str]) -> tuple[str, ...]:
     names = (attrs,) if isinstance(attrs, str) else tuple(attrs)
     if not names:
@@ -257,7 +306,14 @@ def instrument(
             site_name = fit_name(_target_name(raw))
         # One site per attribute: each target gets its own sampling counter.
         site = mark(site_name, domain=domain, stream=stream, sample=sample)
-        return rewrap(raw, functools.partial(_wrap, site=site))
+        wrapped = rewrap(raw, functools.partial(_wrap, site=site))
+        if owner is builtins:
+            wrapped = _guarded(raw, wrapped)
+        if isinstance(owner, type) and _binds_nothing(raw):
+            # A C function, a partial or a callable instance stored on a class is called
+            # without the instance; our wrapper, a Python function, would be bound to it.
+            return staticmethod(wrapped)
+        return wrapped
 
     return replace(target, attrs, wrap)
 

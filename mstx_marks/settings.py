@@ -153,6 +153,15 @@ def gate(domain: str | None, stream: Stream = None) -> Gate:
     return found
 
 
+def closed_gate(domain: str) -> Gate:
+    """A gate no settings change reaches, switched off for good: what an instrumented wrapper
+    left inside someone else's patch reads after its undo."""
+    g = Gate.__new__(Gate)
+    g.domain, g.stream = domain, None
+    g.close()
+    return g
+
+
 def _first_use(g: Gate) -> Emitter | None:
     """Before the settings are resolved a gate holds a stand-in that resolves them on first call.
 

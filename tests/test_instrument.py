@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
+from conftest import caught
 from support.stand_ins import fake_module
 from support.threads import run_threads
 
@@ -354,3 +355,90 @@ def test_an_owner_refusing_one_attribute_gets_none() -> None:
         instrument(Guarded, ["first", "second"])
     assert_unchanged(Guarded, before)
     assert instrument(Guarded, "first").patched  # nothing was left registered as ours
+
+
+# --- anything callable ---------------------------------------------------------------------------
+
+
+def test_callables_that_do_not_bind_stay_unbound_on_a_class(recorder: mstx_marks.Recorder) -> None:
+    import functools
+    import os
+
+    class Holder:
+        getpid = os.getpid  # a C function: called without the instance
+        scaled = functools.partial(lambda x, k: x * k, k=3)  # a partial: same
+
+        class _Call:
+            def __call__(self, x: int) -> int:
+                return x + 100
+
+        plus = _Call()  # a callable instance: same
+
+    with instrument(Holder, ["getpid", "scaled", "plus"]):
+        h = Holder()
+        assert h.getpid() == os.getpid() and Holder.getpid() == os.getpid()
+        assert h.scaled(2) == 6 and h.plus(1) == 101
+    assert [r.name.split("<locals>.")[-1] for r in recorder.records()] == [
+        "Holder.getpid",
+        "Holder.getpid",
+        "Holder.scaled",
+        "Holder.plus",
+    ]
+    assert Holder.__dict__["getpid"] is os.getpid  # undo restored the exact object
+
+
+def test_a_c_function_on_a_class_from_torch(recorder: mstx_marks.Recorder) -> None:
+    torch = pytest.importorskip("torch")
+    import torch.nn.functional as F
+
+    class Act:
+        gelu = F.gelu
+
+    with instrument(Act, "gelu"):
+        out = Act().gelu(torch.ones(2))
+    assert tuple(out.shape) == (2,)
+    assert [r.name.split("<locals>.")[-1] for r in recorder.records()] == ["Act.gelu"]
+
+
+def test_instrumenting_a_builtin_the_recorder_uses_does_not_recurse(
+    recorder: mstx_marks.Recorder,
+) -> None:
+    import builtins
+
+    with instrument(builtins, ["len", "next", "isinstance"]):
+        assert len([1, 2, 3]) == 3
+        assert next(iter([7])) == 7
+        assert isinstance(1, int)
+    assert builtins.len is len
+    ranges = recorder.records()
+    names = [r.name for r in ranges]
+    assert {"len", "next", "isinstance"} <= set(names)
+    # no recursion: the library's own calls of these builtins, made inside a range, record none
+    spans = sorted((r.start_ns, r.end_ns) for r in ranges if r.thread == ranges[0].thread)
+    assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))
+
+
+def test_after_undo_under_a_foreign_patch_our_wrapper_stops_emitting(
+    recorder: mstx_marks.Recorder,
+) -> None:
+    class Engine:
+        def step(self) -> int:
+            return 1
+
+    handle = instrument(Engine, "step")
+    ours = Engine.step
+
+    def foreign(self: Engine) -> int:  # another tool wraps what it found: our wrapper
+        return ours(self) + 10
+
+    Engine.step = foreign  # type: ignore[method-assign]
+    with caught() as w:
+        handle.undo()
+    assert len(w) == 1 and "switched off" in str(w[0].message)
+    assert Engine.__dict__["step"] is foreign  # their patch is kept
+    assert Engine().step() == 11
+    assert recorder.records() == []  # our orphaned wrapper no longer emits
+    again = instrument(Engine, "step")  # instrumenting again wraps once: one range per call
+    assert Engine().step() == 11
+    assert [r.name.split("<locals>.")[-1] for r in recorder.records()] == ["Engine.step"]
+    again.undo()
