@@ -83,8 +83,8 @@ def activate() -> None:
     not needed: patches and arming are inherited, and the recorder follows the fork)."""
     global _done_in
     with _lock:
-        if _done_in is not None or not env.any_set():
-            return
+        if _done_in is not None or not env.any_set() or env.off():
+            return  # MSTX_MARKS_OFF: nothing is patched, nothing recorded
         _done_in = os.getpid()
     try:
         _activate()

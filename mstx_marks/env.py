@@ -29,6 +29,7 @@ __all__ = [
     "EXCLUDE",
     "INCLUDE",
     "INSTRUMENT",
+    "OFF",
     "OUT",
     "RANKS",
     "RECORD_CAPACITY",
@@ -39,6 +40,7 @@ __all__ = [
     "any_set",
     "flag",
     "markdown_table",
+    "off",
     "positive_int",
     "rank",
     "text",
@@ -55,6 +57,7 @@ class Variable(NamedTuple):
 
 BACKEND = "MSTX_MARKS_BACKEND"
 DISABLE = "MSTX_MARKS_DISABLE"
+OFF = "MSTX_MARKS_OFF"
 INCLUDE = "MSTX_MARKS_INCLUDE"
 EXCLUDE = "MSTX_MARKS_EXCLUDE"
 RANKS = "MSTX_MARKS_RANKS"
@@ -71,6 +74,12 @@ VARIABLES: tuple[Variable, ...] = (
         DISABLE,
         "1/0, true/false, yes/no, on/off",
         "switch every range off (`configure(enabled=True)` switches them back on)",
+    ),
+    Variable(
+        OFF,
+        "1/0, true/false, yes/no, on/off; read once, at import",
+        "the hard off switch: `mstx_range` returns the function itself and `mark` a shared "
+        "no-op, nothing is patched, and nothing can switch ranges on later in that process",
     ),
     Variable(INCLUDE, "comma-separated domains", "only these domains emit"),
     Variable(EXCLUDE, "comma-separated domains", "every domain but these emits"),
@@ -102,6 +111,17 @@ VARIABLES: tuple[Variable, ...] = (
     ),
     Variable(ROLE, "a word, e.g. `rollout`", "the process's role in file names and reports"),
 )
+
+
+_off: list[bool] = []
+
+
+def off() -> bool:
+    """Whether ``MSTX_MARKS_OFF`` switched the library off; read at the first call (which
+    importing :mod:`mstx_marks` makes) and never again, so it holds for the whole process."""
+    if not _off:
+        _off.append(flag(OFF))
+    return _off[0]
 
 
 def text(name: str) -> str | None:

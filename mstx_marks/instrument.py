@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from types import ModuleType, TracebackType
 from typing import Any, Callable, Union
 
+from . import env
 from .diagnostics import warn
 from .names import check_name, fit_name
 from .phases import Phase
@@ -296,6 +297,9 @@ def instrument(
     """
     if name is not None and not isinstance(name, Phase):
         check_name(name)
+    if env.off():  # the hard off switch: nothing is patched
+        names = _attr_names(attrs)
+        return Instrumented((), [(f"{_resolve(target)[1]}.{a}", env.OFF) for a in names])
 
     def wrap(owner: object, attr: str, raw: Any) -> Any:
         if name is not None:

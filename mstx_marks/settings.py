@@ -227,6 +227,8 @@ def _from_env() -> dict[str, Any]:
             warn(f"ignoring {var}={raw!r}: {exc}")
     if env.text(env.DISABLE) is not None:
         found["enabled"] = not env.flag(env.DISABLE)
+    if env.off():
+        found["enabled"] = False
     if env.text(env.OUT) is not None:
         found["record"] = True
     if found.get("include") and found.get("exclude"):
@@ -523,6 +525,13 @@ def configure(
     if backend is not None:
         changes["backend"] = _check_backend(backend)
     if enabled is not None:
+        if enabled and env.off():
+            warn_once(
+                "configure under OFF",
+                f"{env.OFF}=1 was set when mstx_marks was imported: ranges stay off for the "
+                "whole process, whatever configure() says",
+            )
+            enabled = False
         changes["enabled"] = enabled
     if include is not None:
         changes["include"], changes["exclude"] = _check_domains(include, "include"), ()

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Callable, Mapping, NamedTuple
 
+from .. import env
 from ..diagnostics import warn_once
 from ..import_hooks import when_imported
 from ..instrument import Instrumented, replace
@@ -234,8 +235,11 @@ def _by_module(framework: str) -> dict[str, list[Target]]:
 def arm(framework: str, options: Options | None = None) -> None:
     """Patch ``framework``'s targets in this process as soon as each module is imported.
 
-    Arming twice does nothing more. Never imports the framework itself.
+    Arming twice does nothing more. Never imports the framework itself. Under
+    ``MSTX_MARKS_OFF`` nothing is armed.
     """
+    if env.off():
+        return
     options = options if options is not None else Options()
     with _lock:
         if framework in _armed:
@@ -256,8 +260,11 @@ def apply(
 ) -> Instrumented:
     """Import ``framework``'s target modules and patch them now; the handle undoes it.
 
-    Modules this version lacks are reported in ``skipped`` with the reason.
+    Modules this version lacks are reported in ``skipped`` with the reason; under
+    ``MSTX_MARKS_OFF`` nothing is patched and every target is skipped for that reason.
     """
+    if env.off():
+        return Instrumented((), [(f"{t.module}:{t.path}", env.OFF) for t in targets(framework)])
     options = options if options is not None else Options(stream=stream, sample=sample)
     handles: list[Instrumented] = []
     skipped: list[tuple[str, str]] = []
