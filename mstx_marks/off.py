@@ -1,4 +1,4 @@
-"""The hard off switch: what ``mark``, ``mstx_range`` and ``instant`` are under ``MSTX_MARKS_OFF=1``.
+"""The hard off switch: ``mark``, ``mstx_range`` and ``instant`` under ``MSTX_MARKS_OFF=1``.
 
 Read once, when :mod:`mstx_marks` is imported. Then ``mstx_range`` returns the function itself
 (a call costs exactly a bare call), ``mark`` returns one shared object whose ``with`` does
