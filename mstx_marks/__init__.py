@@ -47,4 +47,4 @@ __version__ = "0.1.0"
 from . import env as _env
 
 if _env.off():  # MSTX_MARKS_OFF=1: the hard off switch (see mstx_marks.off)
-    from .off import instant, mark, mstx_range  # type: ignore[no-redef]  # noqa: F811
+    from .off import instant, mark, mstx_range  # type: ignore[no-redef]
