@@ -157,7 +157,8 @@ def test_engine_core_and_worker_each_write_their_own_files(marked: Launch) -> No
     for pid, trace in ((engine, procs.engine), (worker, procs.worker)):
         kinds = sorted(p.relative_to(marked.out).parts[0] for p in files[pid])
         # vLLM ends both with SIGTERM / a normal exit: the exit hooks write all three.
-        assert kinds == ["ascend", "ascend", "chrome", "spill"], files[pid]
+        # ascend: the database, profiler_info_<rank>.json, profiler_metadata.json
+        assert kinds == ["ascend", "ascend", "ascend", "chrome", "spill"], files[pid]
         (chrome,) = (p for p in files[pid] if p.name.endswith(".trace.json"))
         assert chrome_counts(chrome) == counts(trace.ranges)  # the same ranges in both
 
