@@ -37,7 +37,7 @@ from typing import Any, Sequence
 from .export.chrome import GENERATOR, dumps, event_args
 from .export.files import atomic_write_bytes
 from .records import InstantRecord, RangeRecord, RankTrace, Record
-from .steps import find_steps
+from .steps import StepOptions, find_steps
 
 __all__ = ["STEP_CATEGORY", "merged_chrome_trace", "nesting_tracks", "write_merged_trace"]
 
@@ -103,8 +103,11 @@ def _meta(name: str, cpid: int, args: dict[str, Any], tid: int | None = None) ->
     return ev
 
 
-def merged_chrome_trace(traces: Sequence[RankTrace]) -> dict[str, Any]:
-    """The trace document of the whole job, ready for :func:`json.dumps`."""
+def merged_chrome_trace(
+    traces: Sequence[RankTrace], steps: StepOptions | None = None
+) -> dict[str, Any]:
+    """The trace document of the whole job, ready for :func:`json.dumps`; ``steps`` says how
+    the steps track is found (:mod:`mstx_marks.steps`)."""
     starts = [r.start_ns for t in traces for r in t.records]
     origin = (min(starts) // 10**9) * 10**9 if starts else 0
     events: list[dict[str, Any]] = []
@@ -113,7 +116,7 @@ def merged_chrome_trace(traces: Sequence[RankTrace]) -> dict[str, Any]:
     cpid = 0
     extra = _EXTRA_TID
     for trace in sorted(traces, key=lambda t: t.rank):
-        steps = find_steps(trace)
+        found = find_steps(trace, steps)
         by_pid: dict[int, list[Record]] = {}
         for r in trace.records:
             by_pid.setdefault(r.pid, []).append(r)
@@ -154,11 +157,11 @@ def merged_chrome_trace(traces: Sequence[RankTrace]) -> dict[str, Any]:
                     events.append(_meta("thread_name", cpid, {"name": label}, out_tid))
                     events.append(_meta("thread_sort_index", cpid, {"sort_index": order}, out_tid))
                     events.extend(_event(r, cpid, out_tid, origin) for r in track_recs)
-            if steps and pid == min(by_pid):
+            if found and pid == min(by_pid):
                 extra += 1
                 events.append(_meta("thread_name", cpid, {"name": "steps"}, extra))
                 events.append(_meta("thread_sort_index", cpid, {"sort_index": -1}, extra))
-                for s in steps:
+                for s in found:
                     events.append({
                         "ph": "X", "name": f"step {s.key}", "cat": STEP_CATEGORY,
                         "ts": _us(s.start_ns - origin), "dur": _us(s.end_ns - s.start_ns),
@@ -177,6 +180,8 @@ def merged_chrome_trace(traces: Sequence[RankTrace]) -> dict[str, Any]:
     }
 
 
-def write_merged_trace(path: str | Path, traces: Sequence[RankTrace]) -> Path:
+def write_merged_trace(
+    path: str | Path, traces: Sequence[RankTrace], steps: StepOptions | None = None
+) -> Path:
     """Write :func:`merged_chrome_trace` of ``traces`` to ``path`` atomically; returns it."""
-    return atomic_write_bytes(path, dumps(merged_chrome_trace(traces)).encode())
+    return atomic_write_bytes(path, dumps(merged_chrome_trace(traces, steps)).encode())

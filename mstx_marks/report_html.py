@@ -35,7 +35,7 @@ from .aggregate import Summary
 from .export import atomic_write_bytes
 from .mark_pairs import pair_marks
 from .records import RangeRecord, RankTrace
-from .steps import find_steps, fold_name
+from .steps import StepOptions, find_steps, fold_name
 from .timeline import assign_lanes
 
 __all__ = ["MAX_BARS", "MIN_BAR_PX", "render_html", "report_data", "write_html_report"]
@@ -50,8 +50,11 @@ def _ms(ns: float) -> float:
     return round(ns / 1e6, 6)
 
 
-def report_data(traces: Sequence[RankTrace], summary: Summary) -> dict[str, Any]:
-    """What the page draws, as plain JSON data (times in microseconds from ``origin_ns``)."""
+def report_data(
+    traces: Sequence[RankTrace], summary: Summary, steps: StepOptions | None = None
+) -> dict[str, Any]:
+    """What the page draws, as plain JSON data (times in microseconds from ``origin_ns``);
+    ``steps`` says how steps are found (:mod:`mstx_marks.steps`)."""
     traces = sorted(traces, key=lambda t: t.rank)
     every = [(t, r) for t in traces for r in pair_marks(t.records) if isinstance(r, RangeRecord)]
     left_out = max(0, len(every) - MAX_BARS)
@@ -95,10 +98,10 @@ def report_data(traces: Sequence[RankTrace], summary: Summary) -> dict[str, Any]
                 ])  # fmt: skip
             lane += depth
         groups.append({"rank": rank, "pid": pid, "role": role_of.get(rank, ""), "threads": threads})
-    steps = []
+    step_marks = []
     for t in traces:
-        for s in find_steps(t):
-            steps.append([t.rank, round((s.start_ns - origin) / 1000, 3), s.key])
+        for s in find_steps(t, steps):
+            step_marks.append([t.rank, round((s.start_ns - origin) / 1000, 3), s.key])
     phases = []
     for p in summary.phases:
         o = p.overall
@@ -117,7 +120,7 @@ def report_data(traces: Sequence[RankTrace], summary: Summary) -> dict[str, Any]
         "bars": bars,
         "names": list(names),
         "args": list(args),
-        "steps": steps,
+        "steps": step_marks,
         "phases": phases,
         "left_out": left_out,
         "ranks": sorted(summary.step_time_ns),
@@ -342,10 +345,13 @@ _CATCH = (
 
 
 def render_html(
-    traces: Sequence[RankTrace], summary: Summary, title: str = "mstx_marks report"
+    traces: Sequence[RankTrace],
+    summary: Summary,
+    steps: StepOptions | None = None,
+    title: str = "mstx_marks report",
 ) -> str:
     """The page for ``traces`` and their ``summary``, as one string."""
-    data = report_data(traces, summary)
+    data = report_data(traces, summary, steps)
     payload = json.dumps(data, default=str, separators=(",", ":")).replace("</", "<\\/")
     left = data["left_out"]
     note = (
@@ -374,6 +380,11 @@ def render_html(
     )
 
 
-def write_html_report(path: str | Path, traces: Sequence[RankTrace], summary: Summary) -> Path:
+def write_html_report(
+    path: str | Path,
+    traces: Sequence[RankTrace],
+    summary: Summary,
+    steps: StepOptions | None = None,
+) -> Path:
     """Write :func:`render_html` to ``path`` atomically and return the path."""
-    return atomic_write_bytes(path, render_html(traces, summary).encode())
+    return atomic_write_bytes(path, render_html(traces, summary, steps).encode())

@@ -278,7 +278,7 @@ def run_summary(
         return 2
     traces: list[RankTrace] = []
     if svg or html or trace:  # pictures need every range: read them into memory
-        traces, errors, notes = load_traces(path, steps or StepOptions())
+        traces, errors, notes = load_traces(path)
         summary = summarize(traces, steps=steps)
         summary.errors, summary.notes = errors, notes
     else:
@@ -295,25 +295,34 @@ def run_summary(
         print(json.dumps(format_json(summary), indent=1))
     else:
         print(format_table(summary))
-    status = _write_outputs(traces, summary, svg, html, trace)
+    status = _write_outputs(traces, summary, steps or StepOptions(), (svg, html, trace))
     return status or (1 if summary.errors else 0)
 
 
 def _write_outputs(
     traces: list[RankTrace],
     summary: Summary,
-    svg: str | None,
-    html: str | None,
-    trace: str | None,
+    steps: StepOptions,
+    files: tuple[str | None, str | None, str | None],
 ) -> int:
     from .merge import write_merged_trace
     from .report_html import write_html_report
     from .timeline import write_svg
 
+    svg, html, trace = files
+
+    def svg_of(f: str) -> Path:
+        stepped = [
+            RankTrace(t.rank, t.records, [(s.start_ns, s.end_ns) for s in find_steps(t, steps)],
+                      t.source, t.role)
+            for t in traces
+        ]  # fmt: skip
+        return write_svg(f, stepped, fold_name)
+
     jobs: list[tuple[str, str | None, Callable[[str], Path]]] = [
-        ("--svg", svg, lambda f: write_svg(f, traces, fold_name)),
-        ("--html", html, lambda f: write_html_report(f, traces, summary)),
-        ("--trace", trace, lambda f: write_merged_trace(f, traces)),
+        ("--svg", svg, svg_of),
+        ("--html", html, lambda f: write_html_report(f, traces, summary, steps)),
+        ("--trace", trace, lambda f: write_merged_trace(f, traces, steps)),
     ]
     status = 0
     for flag, file, write in jobs:
