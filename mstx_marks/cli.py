@@ -284,6 +284,20 @@ def _summary(args: argparse.Namespace) -> int:
     )
 
 
+def _doctor_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--config",
+        help="a torch_npu dynamic-profiling profiler_config.json (or its folder) to check too",
+    )
+    p.add_argument("--json", action="store_true", help="print the findings as JSON")
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    from .doctor import run_doctor
+
+    return run_doctor(args.config, as_json=args.json)
+
+
 Command = tuple[Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int], str]
 
 #: name -> (declare options, run, one-line help)
@@ -292,6 +306,7 @@ COMMANDS: dict[str, Command] = {
     "summary": (_summary_args, _summary, "per-phase summary of traces (--html, --svg, --json)"),
     "run": (_run_args, _run, "run a command with every Python process under it activated"),
     "recipes": (_recipes_args, _recipes, "list the profiler capture recipes"),
+    "doctor": (_doctor_args, _doctor, "say whether ranges would reach the profiler here, and why"),
     "coverage": (_coverage_args, _coverage, "list expected phases a run never emitted"),
     "phases": (_phases_args, _phases, "print the registry of standard RL phases"),
     "verl-overrides": (_verl_overrides_args, _verl_overrides, "print verl profiler overrides"),
