@@ -96,7 +96,8 @@ VARIABLES: tuple[Variable, ...] = (
     ),
     Variable(
         INSTRUMENT,
-        "comma-separated: verl, vllm, vllm_ascend, sglang, mindspeed_rl",
+        "comma-separated: verl, vllm, vllm_ascend, sglang, mindspeed_rl, megatron, "
+        "verl_modules, vllm_modules, vllm_dp",
         "apply these frameworks' presets in every process that imports them",
     ),
     Variable(
