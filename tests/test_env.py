@@ -132,3 +132,11 @@ def test_our_category_filters_all_of_them(monkeypatch: pytest.MonkeyPatch) -> No
         env.rank()
         diagnostics.warn("anything")
     assert w == []
+
+
+def test_the_instrument_variable_lists_every_preset() -> None:
+    from mstx_marks import presets
+
+    (row,) = [v for v in env.VARIABLES if v.name == env.INSTRUMENT]
+    listed = {w.strip() for w in row.values.removeprefix("comma-separated:").split(",")}
+    assert listed == set(presets.FRAMEWORKS)

@@ -38,6 +38,7 @@ _MASK = _CHUNK - 1
 _OPEN = 0  # end column value of a range that has not ended
 _INSTANT = -1  # end column value of an instant event
 _get_tid = threading.get_native_id
+_new = tuple.__new__
 # The native thread id is a system call (~200 ns); each thread asks once and keeps it here.
 _tls = threading.local()
 
@@ -198,23 +199,36 @@ class Recorder(Backend):
                 name, domain = names[self._keys[chunk][off]]
                 start, tid = self._starts[chunk][off], self._tids[chunk][off]
                 out.append(RangeRecord(name, domain, start, end, tid, pid, False, args.get(i)))
-        i = cursor.next
-        while (chunk := i >> _SHIFT) < len(self._starts):
+        i, issued = cursor.next, min(self._issued(), self.capacity)
+        while i < issued and (chunk := i >> _SHIFT) < len(self._starts):
             off = i & _MASK
-            key = self._keys[chunk][off]
-            if not key:  # not written yet (or the end of what was recorded): next time
-                break
-            end = self._ends[chunk][off]
-            if end == _OPEN:
-                still_open.append(i)
-            else:
-                name, domain = names[key]
-                start, tid = self._starts[chunk][off], self._tids[chunk][off]
-                if end == _INSTANT:
-                    out.append(InstantRecord(name, domain, start, tid, pid, args.get(i)))
+            stop = min(_CHUNK, off + issued - i)
+            keys = self._keys[chunk][off:stop]
+            written = keys.index(0) if 0 in keys else len(keys)  # a slot issued, not yet written
+            stop = off + written
+            rows = zip(
+                keys,
+                self._starts[chunk][off:stop],
+                self._ends[chunk][off:stop],
+                self._tids[chunk][off:stop],
+            )
+            # tuple.__new__: the NamedTuples' own __new__ is a Python call, the most of the cost
+            for j, (key, start, end, tid) in enumerate(rows, i):
+                if end == _OPEN:
+                    still_open.append(j)
+                elif end == _INSTANT:
+                    name, domain = names[key]
+                    extra = args.get(j) if args else None
+                    out.append(_new(InstantRecord, (name, domain, start, tid, pid, extra)))
                 else:
-                    out.append(RangeRecord(name, domain, start, end, tid, pid, False, args.get(i)))
-            i += 1
+                    name, domain = names[key]
+                    extra = args.get(j) if args else None
+                    out.append(
+                        _new(RangeRecord, (name, domain, start, end, tid, pid, False, extra))
+                    )
+            i += written
+            if written < len(keys):
+                break
         cursor.next, cursor.open = i, still_open
         return out
 
@@ -259,13 +273,14 @@ class Recorder(Backend):
                 name, domain = names[key]
                 extra = args.get(i) if args else None
                 if end == _INSTANT:
-                    out.append(InstantRecord(name, domain, start, tid, pid, extra))
+                    out.append(_new(InstantRecord, (name, domain, start, tid, pid, extra)))
                 elif end == _OPEN:
-                    out.append(
-                        RangeRecord(name, domain, start, max(now, start), tid, pid, True, extra)
-                    )
+                    end = max(now, start)
+                    out.append(_new(RangeRecord, (name, domain, start, end, tid, pid, True, extra)))
                 else:
-                    out.append(RangeRecord(name, domain, start, end, tid, pid, False, extra))
+                    out.append(
+                        _new(RangeRecord, (name, domain, start, end, tid, pid, False, extra))
+                    )
         return out
 
 

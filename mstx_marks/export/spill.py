@@ -84,6 +84,26 @@ class Spill:
         self._fd: int | None = None
         self._stop = threading.Event()
         self._written_rank, self._written_role = rank, role
+        # (name, domain) -> their JSON text: events repeat a few names, and encoding each
+        # event with json.dumps costs several times the rest of the spill.
+        self._quoted: dict[tuple[str, str], str] = {}
+
+    def _encode(self, events: list[Record]) -> list[str]:
+        quoted, out = self._quoted, []
+        for e in events:
+            if e.args:
+                out.append(json.dumps(_line(e), ensure_ascii=False, default=str))
+                continue
+            nd = quoted.get((e.name, e.domain))
+            if nd is None:
+                nd = quoted[(e.name, e.domain)] = (
+                    json.dumps(e.name, ensure_ascii=False) + "," + json.dumps(e.domain)
+                )
+            if isinstance(e, InstantRecord):
+                out.append(f'["i",{nd},{e.start_ns},null,{e.thread}]')
+            else:
+                out.append(f'["{"o" if e.open else "r"}",{nd},{e.start_ns},{e.end_ns},{e.thread}]')
+        return out
 
     def _open(self) -> int:
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -121,7 +141,7 @@ class Spill:
                 self._fd = self._open()
                 meta = []  # the header has them
             lines = [json.dumps(m) for m in meta]
-            lines += [json.dumps(_line(e), ensure_ascii=False, default=str) for e in events]
+            lines += self._encode(events)
             # One write per batch: a crash tears at most the last line.
             os.write(self._fd, ("\n".join(lines) + "\n").encode("utf-8", "surrogatepass"))
             self._written_rank, self._written_role = self.rank, self.role
