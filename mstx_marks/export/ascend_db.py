@@ -48,7 +48,7 @@ import socket
 import sqlite3
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import closing
 from datetime import datetime
 from pathlib import Path
@@ -182,21 +182,29 @@ def _storable(text: str) -> str:
     return _SURROGATE.sub("\ufffd", text)
 
 
-def _rows(trace: RankTrace) -> tuple[dict[str, int], list[tuple[object, ...]]]:
-    ids: dict[str, int] = {}
-    rows: list[tuple[object, ...]] = []
-    for rec in trace.records:
-        msg = ids.setdefault(rec.name, len(ids) + 1)
-        dom = ids.setdefault(rec.domain, len(ids) + 1)
-        tid = (rec.pid << 32) | (rec.thread & 0xFFFFFFFF)
-        event_id = len(rows) + 1
-        if isinstance(rec, InstantRecord):
-            kind = EVENT_MARKER if rec.domain == DP_DOMAIN else EVENT_INSTANT
-            end = rec.start_ns
+def _rows(trace: RankTrace, ids: dict[str, int], span: list[int]) -> Iterator[tuple[object, ...]]:
+    """The ``MSTX_EVENTS`` rows, made as SQLite takes them (a generator: no second copy of the
+    trace in memory); fills ``ids`` (the strings) and ``span`` (first and last time) as it goes."""
+    tids: dict[tuple[int, int], int] = {}
+    low, high = span
+    for event_id, rec in enumerate(trace.records, start=1):
+        name, domain, start = rec.name, rec.domain, rec.start_ns
+        msg = ids.get(name) or ids.setdefault(name, len(ids) + 1)
+        dom = ids.get(domain) or ids.setdefault(domain, len(ids) + 1)
+        tid = tids.get((rec.pid, rec.thread))
+        if tid is None:
+            tid = tids[(rec.pid, rec.thread)] = (rec.pid << 32) | (rec.thread & 0xFFFFFFFF)
+        if type(rec) is InstantRecord:
+            kind = EVENT_MARKER if domain == DP_DOMAIN else EVENT_INSTANT
+            end = start
         else:
-            kind, end = EVENT_RANGE, rec.end_ns
-        rows.append((rec.start_ns, end, kind, event_id, None, msg, tid, tid, dom, event_id))
-    return ids, rows
+            kind, end = EVENT_RANGE, rec.end_ns  # type: ignore[union-attr]
+        if start < low:
+            low = start
+        if end > high:
+            high = end
+        yield (start, end, kind, event_id, None, msg, tid, tid, dom, event_id)
+    span[:] = [low, high]
 
 
 def write_ascend_db(
@@ -211,22 +219,27 @@ def write_ascend_db(
     from) and ``profiler_metadata.json`` go beside that folder, as torch_npu writes them.
     """
     path = Path(path)
-    ids, rows = _rows(trace)
     steps = trace.with_steps().steps
     meta = {
         **({"role": trace.role} if trace.role else {}),
         **process_metadata(),
         **(metadata or {}),
     }
-    times = [r.start_ns for r in trace.records]
-    times += [r.end_ns for r in trace.records if isinstance(r, RangeRecord)]
-    now = time_ns()
-    span = (min(times), max(times)) if times else (now, now)
-    with atomic_path(path) as tmp, closing(sqlite3.connect(tmp)) as db, db:
+    ids: dict[str, int] = {}
+    bounds = [2**63 - 1, 0]
+    with atomic_path(path) as tmp, closing(sqlite3.connect(tmp)) as db:
+        # A fresh file renamed into place when complete: SQLite's journal and syncs protect
+        # nothing here, and cost most of the write (and a -journal file if killed midway).
+        db.execute("PRAGMA journal_mode=OFF")
+        db.execute("PRAGMA synchronous=OFF")
         db.executescript(_SCHEMA)
+        db.executemany(
+            "INSERT INTO MSTX_EVENTS VALUES (?,?,?,?,?,?,?,?,?,?)", _rows(trace, ids, bounds)
+        )
         strings = [(i, _storable(s)) for s, i in ids.items()]
         db.executemany("INSERT INTO STRING_IDS VALUES (?, ?)", strings)
-        db.executemany("INSERT INTO MSTX_EVENTS VALUES (?,?,?,?,?,?,?,?,?,?)", rows)
+        now = time_ns()
+        span = (bounds[0], bounds[1]) if trace.records else (now, now)
         db.executemany(
             "INSERT INTO STEP_TIME VALUES (?, ?, ?)",
             [(i, s, e) for i, (s, e) in enumerate(steps, start=1)],
@@ -240,6 +253,7 @@ def write_ascend_db(
         )
         db.execute("INSERT INTO RANK_DEVICE_MAP VALUES (?, ?)", (trace.rank, NO_DEVICE))
         db.execute("INSERT INTO HOST_INFO VALUES (?, ?)", (host_uid(), socket.gethostname()))
+        db.commit()
     if path.parent.name == "ASCEND_PROFILER_OUTPUT":
         folder = path.parent.parent
         info = json.dumps(_profiler_info(trace.rank, span), indent=4)
