@@ -19,6 +19,8 @@ import operator
 import random
 import statistics
 import sys
+import tempfile
+import time
 import timeit
 import tracemalloc
 from contextlib import ExitStack
@@ -29,8 +31,18 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 import mstx_marks  # noqa: E402
-from mstx_marks import Phase, configure, current_backend, mark, mstx_range, window  # noqa: E402
+from mstx_marks import (  # noqa: E402
+    Phase,
+    configure,
+    current_backend,
+    mark,
+    mstx_range,
+    off,
+    window,
+)
 from mstx_marks.backends.record import Recorder  # noqa: E402
+
+time_ns = time.time_ns
 
 STAND_IN = operator.is_not  # a C builtin: f(a, b) -> True (== 1), like _range_start_on_host
 C_NAMES = ("_mark", "_mark_on_host", "_range_start", "_range_start_on_host", "_range_end")
@@ -45,6 +57,27 @@ def _noop() -> None:
 def _passthrough(func: Any) -> Any:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         return func(*args, **kwargs)
+
+    return wrapper
+
+
+def _clocks_floor(func: Any) -> Any:
+    """What any in-process recorder must do at the least: a Python call at each end of the
+    range, each reading the clock. No store at all: the floor under the record backend."""
+
+    def start(name: str, domain: str) -> int:
+        time_ns()
+        return 1
+
+    def end(handle: int, domain: str) -> None:
+        time_ns()
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        handle = start("x", "default")
+        try:
+            return func(*args, **kwargs)
+        finally:
+            end(handle, "default")
 
     return wrapper
 
@@ -150,7 +183,17 @@ def build_rows(stack: ExitStack, number: int) -> tuple[dict[str, Row], dict[str,
         "with mark(PHASE) on": ("with mark(PHASE): pass", "floor: __slots__ CM per use"),
         "with mark('x') disabled": ("with mark('x'): pass", "floor: __slots__ CM per use", OFF),
         "with mark('x') on, record": ("with mark('x'): pass", "with mark('x') on", RECORD),
+        "floor: 2 Python calls + 2 clocks": ("clocks_floor()", "@mstx_range on"),
+        "@mstx_range on, record / clocks": ("dec_on()", "floor: 2 Python calls + 2 clocks", RECORD),
+        "@mstx_range, MSTX_MARKS_OFF": ("dec_off()", "floor: bare call"),
+        "with mark('x'), MSTX_MARKS_OFF": (
+            "with off_mark('x'): pass",
+            "floor: __slots__ CM per use",
+        ),
     }
+    ns["clocks_floor"] = _clocks_floor(_noop)
+    ns["dec_off"] = off.mstx_range("x")(_noop)  # what mstx_range is under MSTX_MARKS_OFF=1
+    ns["off_mark"] = off.mark
     if npu_mstx is not None:
         ns["npu_mstx"] = npu_mstx
         ns["npu_annotated"] = npu_mstx.annotate("x")(_noop)
@@ -291,6 +334,37 @@ def recorder_costs(n: int) -> dict[str, float]:
     }
 
 
+def flush_costs(n: int) -> dict[str, float]:
+    """Per event, the time and the peak memory beyond the recording itself of what a process
+    does at exit: the flight recorder's last spill (which makes everything safe on disk), and
+    the full export (Chrome trace + Ascend DB, replaced together). Half ranges, half instants."""
+    from mstx_marks.export.flush import export_rank
+    from mstx_marks.export.spill import Spill
+    from mstx_marks.records import RankTrace
+
+    rec = Recorder(capacity=n + 1)
+    names = [f"phase_{i}" for i in range(20)]
+    for i in range(n // 2):
+        rec.range_end(rec.range_start(names[i % 20], "verl"), "verl")
+        rec.mark("tick", "verl")
+    out: dict[str, float] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for what, run in (
+            ("spill", lambda: Spill(tmp, rec, rank=0).write_now(final=True)),
+            ("export", lambda: export_rank(tmp, RankTrace(0, rec.records()))),
+        ):
+            gc.collect()
+            started = time.perf_counter()
+            run()
+            out[f"{what}_us_per_event"] = (time.perf_counter() - started) / n * 1e6
+            gc.collect()
+            tracemalloc.start()
+            run()
+            out[f"{what}_peak_bytes_per_event"] = tracemalloc.get_traced_memory()[1] / n
+            tracemalloc.stop()
+    return out
+
+
 TARGETS = [  # (row, comparison, limit, what the issue asks)
     ("@mstx_range on", "<=", 1.25, "enabled @mstx_range vs the try/finally floor"),
     ("with mark('x') on", "<=", 1.5, "enabled with mark('x') vs the __slots__ floor"),
@@ -298,6 +372,8 @@ TARGETS = [  # (row, comparison, limit, what the issue asks)
     ("@mstx_range sampled out", "<=", 1.25, "sampled-out @mstx_range vs pass-through"),
     ("@mstx_range disabled", "<=", 1.25, "disabled @mstx_range vs pass-through"),
     ("torch_npu @annotate", ">=", 3.0, "torch_npu @annotate / ours"),
+    ("@mstx_range on, record", "<=", 2.0, "recorded @mstx_range vs the mstx one"),
+    ("@mstx_range, MSTX_MARKS_OFF", "<=", 1.05, "MSTX_MARKS_OFF @mstx_range vs a bare call"),
 ]
 
 
@@ -335,6 +411,7 @@ def main(argv: list[str] | None = None) -> int:
         per_call = time_rows(rows, ns, rounds, number)
     rel = ratios(rows, per_call)
     rec = recorder_costs(ranges_n)
+    flush = flush_costs(ranges_n // 5)
     print(
         f"mstx_marks {mstx_marks.__version__}, Python {sys.version.split()[0]}, "
         f"{rounds} rounds x {number} calls; ratio = median of per-round ratios"
@@ -360,6 +437,23 @@ def main(argv: list[str] | None = None) -> int:
     )
     for key in ("depth32_over_depth1", "names10000_over_1name"):
         checks.append((f"recorder {key}", rec[key], "<=", 1.25, rec[key] <= 1.25))
+    checks.append(
+        ("recorder bytes per range (goal)", rec["bytes_per_range"], "<=", 32,
+         rec["bytes_per_range"] <= 32)
+    )  # fmt: skip
+    for key, limit in (
+        ("spill_us_per_event", 5.0),
+        ("spill_peak_bytes_per_event", 100.0),
+        ("export_us_per_event", 5.0),
+        ("export_peak_bytes_per_event", 100.0),
+    ):
+        checks.append((f"exit flush {key}", flush[key], "<=", limit, flush[key] <= limit))
+    print(
+        f"exit flush over {ranges_n // 5} events: last spill {flush['spill_us_per_event']:.2f} "
+        f"us/event, {flush['spill_peak_bytes_per_event']:.0f} B/event peak; Chrome + DB export "
+        f"{flush['export_us_per_event']:.2f} us/event, "
+        f"{flush['export_peak_bytes_per_event']:.0f} B/event peak"
+    )
     print("\ntargets:")
     for what, value, op, limit, ok in checks:
         print(f"  {'PASS' if ok else 'MISS'}  {what}: {value:.2f} {op} {limit}")
@@ -373,6 +467,7 @@ def main(argv: list[str] | None = None) -> int:
                     "ns_per_call": per_call,
                     "ratios": rel,
                     "recorder": rec,
+                    "flush": flush,
                     "targets": [
                         dict(zip(("what", "value", "op", "limit", "ok"), c)) for c in checks
                     ],

@@ -1,9 +1,10 @@
 """An in-process recorder of ranges and instants, for tests, CPU boxes and the exporters.
 
-Records live in fixed-size columns (``array`` chunks of 64 Ki entries: start, end, name key,
-thread), so a range costs 28 bytes whatever its name, and the hot path takes no lock: a range's
-slot comes from an atomic counter and each write is a single item store. Names and domains are
-interned once. When ``capacity`` ranges are held, further ones are dropped and counted.
+Records live in fixed-size columns (``array`` chunks of 16 Ki entries: start, end, name key,
+thread number), so a range costs 24 bytes whatever its name, and the hot path takes no lock:
+a range's slot comes from an atomic counter and each write is a single item store. Names and
+domains are interned once. When ``capacity`` ranges are held, further ones are dropped and
+counted.
 
 Range ids keep counting across :meth:`Recorder.clear` (and the clear a forked child makes), so
 ending a range that was open when the recording was cleared does nothing, instead of ending
@@ -32,15 +33,25 @@ from .base import Backend, Emitter
 
 __all__ = ["DrainCursor", "Recorder", "default_recorder"]
 
-_SHIFT = 16
+_SHIFT = 14
 _CHUNK = 1 << _SHIFT
 _MASK = _CHUNK - 1
 _OPEN = 0  # end column value of a range that has not ended
 _INSTANT = -1  # end column value of an instant event
 _get_tid = threading.get_native_id
+#: Native thread ids by thread number: the columns hold the 4-byte number, not the 8-byte id.
+_threads: list[int] = []
+_threads_lock = threading.RLock()  # a signal handler may start a range meanwhile
 _new = tuple.__new__
-# The native thread id is a system call (~200 ns); each thread asks once and keeps it here.
+# The native thread id is a system call (~200 ns); each thread asks once and keeps its number.
 _tls = threading.local()
+
+
+def _thread_number() -> int:
+    with _threads_lock:
+        _threads.append(_get_tid())
+        number = _tls.number = len(_threads) - 1
+        return number
 
 
 def _forget_thread_ids() -> None:
@@ -130,7 +141,7 @@ class Recorder(Backend):
                 # have their chunk before _starts gets it, or a concurrent start indexes past them.
                 self._ends.append(array("q", zeros))
                 self._keys.append(array("I", bytes(4 * _CHUNK)))
-                self._tids.append(array("q", zeros))
+                self._tids.append(array("I", bytes(4 * _CHUNK)))
                 self._starts.append(array("q", zeros))
 
     # The hot path of the recorder: one Python frame per range start, no lock.
@@ -141,20 +152,23 @@ class Recorder(Backend):
             with self._lock:
                 self._dropped += 1
             return 0
-        chunk = i >> _SHIFT
-        if chunk >= len(self._starts):
+        chunk, off = i >> _SHIFT, i & _MASK
+        try:  # _starts gets a new chunk last, so every column has it once _starts does
+            starts = self._starts[chunk]
+        except IndexError:
             self._grow(chunk)
-        off = i & _MASK
+            starts = self._starts[chunk]
         try:
-            tid = _tls.tid
+            self._tids[chunk][off] = _tls.number
         except AttributeError:
-            tid = _tls.tid = _get_tid()
-        self._tids[chunk][off] = tid
+            self._tids[chunk][off] = _thread_number()
         self._ends[chunk][off] = _end
-        self._starts[chunk][off] = time_ns()
-        names = self._key_of.get(domain)
-        key = None if names is None else names.get(name)
-        self._keys[chunk][off] = self._new_key(name, domain) if key is None else key
+        starts[off] = time_ns()
+        try:
+            key = self._key_of[domain][name]
+        except KeyError:
+            key = self._new_key(name, domain)
+        self._keys[chunk][off] = key  # last: a slot with a key is complete (what drain reads)
         return self._base + i + 1
 
     def range_end(self, range_id: int, domain: str) -> None:
@@ -188,7 +202,7 @@ class Recorder(Backend):
         if cursor.generation != self.generation:  # cleared (or forked) since: start over
             cursor.reset(self.generation)
         out: list[Record] = []
-        names, pid, args = self._names, self._pid, self._args
+        names, pid, args, threads = self._names, self._pid, self._args, _threads
         still_open = []
         for i in cursor.open:
             chunk, off = i >> _SHIFT, i & _MASK
@@ -197,7 +211,7 @@ class Recorder(Backend):
                 still_open.append(i)
             else:
                 name, domain = names[self._keys[chunk][off]]
-                start, tid = self._starts[chunk][off], self._tids[chunk][off]
+                start, tid = self._starts[chunk][off], _threads[self._tids[chunk][off]]
                 out.append(RangeRecord(name, domain, start, end, tid, pid, False, args.get(i)))
         i, issued = cursor.next, min(self._issued(), self.capacity)
         while i < issued and (chunk := i >> _SHIFT) < len(self._starts):
@@ -213,7 +227,8 @@ class Recorder(Backend):
                 self._tids[chunk][off:stop],
             )
             # tuple.__new__: the NamedTuples' own __new__ is a Python call, the most of the cost
-            for j, (key, start, end, tid) in enumerate(rows, i):
+            for j, (key, start, end, number) in enumerate(rows, i):
+                tid = threads[number]
                 if end == _OPEN:
                     still_open.append(j)
                 elif end == _INSTANT:
@@ -241,7 +256,7 @@ class Recorder(Backend):
             chunk, off = i >> _SHIFT, i & _MASK
             if self._ends[chunk][off] == _OPEN:
                 name, domain = self._names[self._keys[chunk][off]]
-                start, tid = self._starts[chunk][off], self._tids[chunk][off]
+                start, tid = self._starts[chunk][off], _threads[self._tids[chunk][off]]
                 out.append(
                     RangeRecord(
                         name,
@@ -265,11 +280,13 @@ class Recorder(Backend):
         out: list[Record] = []
         names, pid, now, args = self._names, self._pid, time_ns(), self._args
         i = -1
+        threads = _threads
         for starts, ends, keys, tids in zip(self._starts, self._ends, self._keys, self._tids):
-            for start, end, key, tid in zip(starts, ends, keys, tids):
+            for start, end, key, number in zip(starts, ends, keys, tids):
                 i += 1
                 if not key:
                     continue
+                tid = threads[number]
                 name, domain = names[key]
                 extra = args.get(i) if args else None
                 if end == _INSTANT:
