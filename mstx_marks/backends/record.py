@@ -195,10 +195,11 @@ class Recorder(Backend):
     def emitter(self, stream: object) -> Emitter:
         return Emitter(self, self.range_start, self.range_end, self.mark)
 
-    def drain(self, cursor: DrainCursor) -> list[Record]:
+    def drain(self, cursor: DrainCursor, limit: int = 1 << 62) -> list[Record]:
         """The events completed since ``cursor`` last looked (ranges that ended, instants), and
         advance it: what the flight recorder's spill thread appends. Ranges still open are kept
-        in the cursor and come out once they end. Costs O(new slots + open ranges)."""
+        in the cursor and come out once they end. At most about ``limit`` new slots are looked
+        at, so a caller can work in batches. Costs O(new slots + open ranges)."""
         if cursor.generation != self.generation:  # cleared (or forked) since: start over
             cursor.reset(self.generation)
         out: list[Record] = []
@@ -216,7 +217,7 @@ class Recorder(Backend):
         i, issued = cursor.next, min(self._issued(), self.capacity)
         while i < issued and (chunk := i >> _SHIFT) < len(self._starts):
             off = i & _MASK
-            stop = min(_CHUNK, off + issued - i)
+            stop = min(_CHUNK, off + issued - i, off + max(1, limit - len(out)))
             keys = self._keys[chunk][off:stop]
             written = keys.index(0) if 0 in keys else len(keys)  # a slot issued, not yet written
             stop = off + written
@@ -242,7 +243,7 @@ class Recorder(Backend):
                         _new(RangeRecord, (name, domain, start, end, tid, pid, False, extra))
                     )
             i += written
-            if written < len(keys):
+            if written < len(keys) or len(out) >= limit:
                 break
         cursor.next, cursor.open = i, still_open
         return out

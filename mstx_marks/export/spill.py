@@ -41,6 +41,7 @@ from ..records import InstantRecord, RangeRecord, RankTrace, Record, TraceFileEr
 __all__ = ["SPILL_SUFFIX", "Spill", "read_spill", "spill_path"]
 
 SPILL_SUFFIX = ".jsonl"
+_BATCH = 4096  # events per write
 _FORMAT = 1
 
 
@@ -127,27 +128,39 @@ class Spill:
         if not self._lock.acquire(blocking=blocking):
             return self.path
         try:
-            events = self.recorder.drain(self._cursor)
-            if final:
-                events += self.recorder.open_ranges(self._cursor)
-            meta: list[dict[str, object]] = []
-            if self.rank != self._written_rank:
-                meta.append({"rank": self.rank})
-            if self.role != self._written_role:
-                meta.append({"role": self.role})
-            if not events and (self._fd is None or not meta):
-                return self.path
-            if self._fd is None:
-                self._fd = self._open()
-                meta = []  # the header has them
-            lines = [json.dumps(m) for m in meta]
-            lines += self._encode(events)
-            # One write per batch: a crash tears at most the last line.
-            os.write(self._fd, ("\n".join(lines) + "\n").encode("utf-8", "surrogatepass"))
-            self._written_rank, self._written_role = self.rank, self.role
+            # In batches: the memory a spill needs stays flat however much it has to write.
+            wrote = False
+            while True:
+                before = self._cursor.next
+                events = self.recorder.drain(self._cursor, _BATCH)
+                if events:
+                    self._append(events)
+                    wrote = True
+                elif self._cursor.next == before:  # nothing new left to look at
+                    break
+            tail = self.recorder.open_ranges(self._cursor) if final else []
+            if tail or not wrote:
+                self._append(tail)  # (with nothing to write: a rank or role that changed)
             return self.path
         finally:
             self._lock.release()
+
+    def _append(self, events: list[Record]) -> None:
+        meta: list[dict[str, object]] = []
+        if self.rank != self._written_rank:
+            meta.append({"rank": self.rank})
+        if self.role != self._written_role:
+            meta.append({"role": self.role})
+        if not events and (self._fd is None or not meta):
+            return
+        if self._fd is None:
+            self._fd = self._open()
+            meta = []  # the header has them
+        lines = [json.dumps(m) for m in meta]
+        lines += self._encode(events)
+        # One write per batch: a crash tears at most the last line.
+        os.write(self._fd, ("\n".join(lines) + "\n").encode("utf-8", "surrogatepass"))
+        self._written_rank, self._written_role = self.rank, self.role
 
     def start(self, interval: float = 0.5) -> None:
         """Write every ``interval`` seconds from a daemon thread until :meth:`stop`."""
