@@ -150,3 +150,23 @@ def test_json_nested_too_deeply_is_an_error_naming_the_file(tmp_path: Path) -> N
     with pytest.raises(TraceFileError, match="nested too deeply") as info:
         read_chrome_trace(path)
     assert info.value.path == path
+
+
+def test_the_streamed_file_is_the_document_chrome_trace_builds(tmp_path: Path) -> None:
+    import json
+
+    from mstx_marks.export.chrome import chrome_trace, dumps, write_chrome_trace
+    from mstx_marks.records import InstantRecord, RangeRecord, RankTrace
+
+    recs = [
+        RangeRecord('gen é"x', "verl", 1_000_000_123_456, 1_000_000_987_654, 7, 42),
+        InstantRecord("tick", "default", 1_000_000_500_000, 7, 42),
+        RangeRecord("open", "verl", 1_000_000_600_000, 1_000_001_000_000, 8, 42, True),
+        RangeRecord("a", "verl", 1_000_000_600_001, 1_000_001_000_000, 8, 43, False, {"n": 3}),
+    ] * 3000  # more than one write batch
+    for traces in ([RankTrace(0, recs, [(1, 2)], role="trainer"), RankTrace(1, recs[:2])], []):
+        path = write_chrome_trace(tmp_path / "t.json", traces)
+        streamed, built = json.loads(path.read_text()), json.loads(dumps(chrome_trace(traces)))
+        streamed["otherData"].pop("clock")
+        built["otherData"].pop("clock")
+        assert streamed == built

@@ -28,12 +28,13 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from ..records import InstantRecord, RangeRecord, RankTrace, Record, TraceFileError
-from .files import atomic_write_bytes
+from .files import atomic_path
 
 __all__ = [
     "GENERATOR",
@@ -153,8 +154,54 @@ def write_chrome_trace(
 
     Name files ``*.trace.json`` so that ``python -m mstx_marks summary DIR`` finds them.
     """
-    doc = chrome_trace(traces, origin_ns)
-    return atomic_write_bytes(path, dumps(doc).encode())
+    # Written as it is made, with each name's JSON made once: the same document as
+    # dumps(chrome_trace(...)), at a fraction of the time and with no copy of it in memory.
+    traces = list(traces)
+    doc = chrome_trace([RankTrace(t.rank, [], t.steps, t.source, t.role) for t in traces])
+    origin = _default_origin(traces) if origin_ns is None else origin_ns
+    doc["otherData"]["origin_ns"] = origin
+    head = doc.pop("traceEvents")
+    for t in traces:
+        doc["otherData"]["ranks"][str(t.rank)]["pids"] = sorted({r.pid for r in t.records})
+    quoted: dict[tuple[str, str], tuple[str, str]] = {}
+    per_trace = len(head) // max(1, len(traces))  # chrome_trace's metadata events per rank
+    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
+        f.write('{"traceEvents":[')
+        sep = ""
+        for i, t in enumerate(traces):
+            for ev in head[i * per_trace : (i + 1) * per_trace]:
+                f.write(sep + dumps(ev))
+                sep = ","
+            records = t.records
+            for lo in range(0, len(records), 4096):
+                batch = records[lo : lo + 4096]
+                f.write(sep + ",".join(_event_json(r, t.rank, origin, quoted) for r in batch))
+                sep = ","
+        rest = dumps(doc)
+        f.write("]," + rest[1:])
+        f.flush()
+        os.fsync(f.fileno())
+    return Path(path)
+
+
+def _event_json(
+    rec: Record, rank: int, origin: int, quoted: dict[tuple[str, str], tuple[str, str]]
+) -> str:
+    """``dumps(_event(rec, rank, origin))``, made directly for the usual event (no user args,
+    not open): the one the exporter writes a million times."""
+    if rec.args or getattr(rec, "open", False):
+        return dumps(_event(rec, rank, origin))
+    pair = quoted.get((rec.name, rec.domain))
+    if pair is None:
+        pair = quoted[(rec.name, rec.domain)] = (json.dumps(rec.name), json.dumps(rec.domain))
+    name, cat = pair
+    head = (
+        f'{{"name":{name},"cat":{cat},"ts":{_us(rec.start_ns - origin)!r},"pid":{rank},'
+        f'"tid":{rec.thread},"args":{{"domain":{cat}}},'
+    )
+    if type(rec) is InstantRecord:
+        return head + '"ph":"i","s":"t"}'
+    return head + f'"ph":"X","dur":{_us(rec.end_ns - rec.start_ns)!r}}}'  # type: ignore[union-attr]
 
 
 def dumps(doc: Any) -> str:

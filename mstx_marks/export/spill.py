@@ -138,7 +138,7 @@ class Spill:
                     wrote = True
                 elif self._cursor.next == before:  # nothing new left to look at
                     break
-            tail = self.recorder.open_ranges(self._cursor) if final else []
+            tail: list[Record] = list(self.recorder.open_ranges(self._cursor)) if final else []
             if tail or not wrote:
                 self._append(tail)  # (with nothing to write: a rank or role that changed)
             return self.path
