@@ -34,7 +34,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
-from .export.chrome import GENERATOR, dumps, event_args
+from .export.chrome import GENERATOR, dumps, trace_event, trace_us
 from .export.files import atomic_write_bytes
 from .records import InstantRecord, RangeRecord, RankTrace, Record
 from .steps import StepOptions, find_steps
@@ -72,28 +72,6 @@ def nesting_tracks(ranges: Sequence[RangeRecord]) -> list[list[RangeRecord]]:
             tracks.append([r])
             stacks.append([r.end_ns])
     return tracks
-
-
-def _us(ns: int) -> float:
-    return round(ns / 1000, 3)
-
-
-def _event(rec: Record, cpid: int, tid: int, origin: int) -> dict[str, Any]:
-    ev: dict[str, Any] = {
-        "name": rec.name,
-        "cat": rec.domain,
-        "ts": _us(rec.start_ns - origin),
-        "pid": cpid,
-        "tid": tid,
-        "args": event_args(rec),
-    }
-    if isinstance(rec, InstantRecord):
-        ev.update(ph="i", s="t")
-    else:
-        ev.update(ph="X", dur=_us(rec.end_ns - rec.start_ns))
-        if rec.open:
-            ev["args"]["open"] = True
-    return ev
 
 
 def _meta(name: str, cpid: int, args: dict[str, Any], tid: int | None = None) -> dict[str, Any]:
@@ -156,7 +134,7 @@ def merged_chrome_trace(
                     order += 1
                     events.append(_meta("thread_name", cpid, {"name": label}, out_tid))
                     events.append(_meta("thread_sort_index", cpid, {"sort_index": order}, out_tid))
-                    events.extend(_event(r, cpid, out_tid, origin) for r in track_recs)
+                    events.extend(trace_event(r, cpid, origin, out_tid) for r in track_recs)
             if found and pid == min(by_pid):
                 extra += 1
                 events.append(_meta("thread_name", cpid, {"name": "steps"}, extra))
@@ -164,7 +142,7 @@ def merged_chrome_trace(
                 for s in found:
                     events.append({
                         "ph": "X", "name": f"step {s.key}", "cat": STEP_CATEGORY,
-                        "ts": _us(s.start_ns - origin), "dur": _us(s.end_ns - s.start_ns),
+                        "ts": trace_us(s.start_ns - origin), "dur": trace_us(s.end_ns - s.start_ns),
                         "pid": cpid, "tid": extra, "args": {"step": s.key},
                     })  # fmt: skip
     return {

@@ -46,6 +46,8 @@ __all__ = [
     "load_trace_json",
     "read_chrome_doc",
     "read_chrome_trace",
+    "trace_event",
+    "trace_us",
     "user_args",
     "write_chrome_trace",
 ]
@@ -59,7 +61,8 @@ RESERVED_ARGS = frozenset({"domain", "open", "args"})
 _STEP_CATEGORY = "mstx_marks.step"
 
 
-def _us(ns: int) -> float:
+def trace_us(ns: int) -> float:
+    """Nanoseconds as a Chrome trace's microseconds (to the nanosecond)."""
     return round(ns / 1000, 3)
 
 
@@ -102,19 +105,21 @@ def user_args(args: Any) -> Mapping[str, Any] | None:
     return mine or None
 
 
-def _event(rec: Record, rank: int, origin_ns: int) -> dict[str, Any]:
+def trace_event(rec: Record, pid: int, origin_ns: int, tid: int | None = None) -> dict[str, Any]:
+    """``rec`` as one Chrome trace event of process ``pid`` (and thread ``tid``, default the
+    record's own), its times relative to ``origin_ns``."""
     ev: dict[str, Any] = {
         "name": rec.name,
         "cat": rec.domain,
-        "ts": _us(rec.start_ns - origin_ns),
-        "pid": rank,
-        "tid": rec.thread,
+        "ts": trace_us(rec.start_ns - origin_ns),
+        "pid": pid,
+        "tid": rec.thread if tid is None else tid,
         "args": event_args(rec),
     }
     if isinstance(rec, InstantRecord):
         ev.update(ph="i", s="t")
     else:
-        ev.update(ph="X", dur=_us(rec.end_ns - rec.start_ns))
+        ev.update(ph="X", dur=trace_us(rec.end_ns - rec.start_ns))
         if rec.open:
             ev["args"]["open"] = True  # still running when recorded: ends at the flush
     return ev
@@ -138,7 +143,7 @@ def chrome_trace(traces: Iterable[RankTrace], origin_ns: int | None = None) -> d
         events.append(
             {"ph": "M", "name": "process_sort_index", "pid": t.rank, "args": {"sort_index": t.rank}}
         )
-        events.extend(_event(rec, t.rank, origin) for rec in t.records)
+        events.extend(trace_event(rec, t.rank, origin) for rec in t.records)
     clock = {"wall_ns": time.time_ns(), "mono_ns": time.monotonic_ns()}
     return {
         "traceEvents": events,
@@ -187,21 +192,21 @@ def write_chrome_trace(
 def _event_json(
     rec: Record, rank: int, origin: int, quoted: dict[tuple[str, str], tuple[str, str]]
 ) -> str:
-    """``dumps(_event(rec, rank, origin))``, made directly for the usual event (no user args,
+    """``dumps(trace_event(rec, rank, origin))``, made directly for the usual event (no user args,
     not open): the one the exporter writes a million times."""
     if rec.args or getattr(rec, "open", False):
-        return dumps(_event(rec, rank, origin))
+        return dumps(trace_event(rec, rank, origin))
     pair = quoted.get((rec.name, rec.domain))
     if pair is None:
         pair = quoted[(rec.name, rec.domain)] = (json.dumps(rec.name), json.dumps(rec.domain))
     name, cat = pair
     head = (
-        f'{{"name":{name},"cat":{cat},"ts":{_us(rec.start_ns - origin)!r},"pid":{rank},'
+        f'{{"name":{name},"cat":{cat},"ts":{trace_us(rec.start_ns - origin)!r},"pid":{rank},'
         f'"tid":{rec.thread},"args":{{"domain":{cat}}},'
     )
     if type(rec) is InstantRecord:
         return head + '"ph":"i","s":"t"}'
-    return head + f'"ph":"X","dur":{_us(rec.end_ns - rec.start_ns)!r}}}'  # type: ignore[union-attr]
+    return head + f'"ph":"X","dur":{trace_us(rec.end_ns - rec.start_ns)!r}}}'  # type: ignore[union-attr]
 
 
 def dumps(doc: Any) -> str:
