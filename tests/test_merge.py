@@ -3,14 +3,12 @@ threads, overlapping ranges of one thread on tracks of their own, read back exac
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 
 import pytest
-from support.recorded import recorded_rank, synthetic_rank
+from support.recorded import recorded_rank, synthetic_rank, two_overlapping_tasks
 
-from mstx_marks.backends.record import Recorder
 from mstx_marks.export import RankTrace, export_rank, read_chrome_trace
 from mstx_marks.merge import STEP_CATEGORY, merged_chrome_trace, nesting_tracks
 from mstx_marks.records import RangeRecord
@@ -18,21 +16,7 @@ from mstx_marks.summary import load_traces, summary_cli
 
 
 def _two_tasks() -> RankTrace:
-    """A real Recorder run: two asyncio tasks on one thread whose ranges overlap."""
-    rec = Recorder()
-
-    async def task(name: str, seconds: float) -> None:
-        handle = rec.range_start(name, "default")
-        await asyncio.sleep(seconds)
-        rec.range_end(handle, "default")
-
-    async def step() -> None:
-        handle = rec.range_start("step", "default")
-        await asyncio.gather(task("update_actor", 0.02), task("compute_score", 0.04))
-        rec.range_end(handle, "default")
-
-    asyncio.run(step())
-    return RankTrace(1, rec.records(), role="trainer")
+    return two_overlapping_tasks(1, role="trainer")
 
 
 def _nests(events: list[dict[str, object]]) -> bool:

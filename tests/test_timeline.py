@@ -1,15 +1,13 @@
 from __future__ import annotations
 
-import asyncio
 import shutil
 import subprocess
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from support.recorded import PID, T0, TID, rng, synthetic_rank
+from support.recorded import PID, T0, TID, rng, synthetic_rank, two_overlapping_tasks
 
-from mstx_marks.backends.record import Recorder
 from mstx_marks.records import RangeRecord, RankTrace
 from mstx_marks.timeline import MIN_BAR_PX, render_svg, write_svg
 
@@ -106,20 +104,7 @@ def _y(bar: ET.Element) -> float:
 def test_gathered_tasks_that_overlap_without_nesting_get_their_own_lanes() -> None:
     # Two asyncio tasks on one thread: compute_score starts inside update_actor and ends after
     # it. Laid out by nesting depth alone, both sat in one lane and one hid the other.
-    rec = Recorder()
-
-    async def task(name: str, seconds: float) -> None:
-        handle = rec.range_start(name, "default")
-        await asyncio.sleep(seconds)
-        rec.range_end(handle, "default")
-
-    async def step() -> None:
-        handle = rec.range_start("step", "default")
-        await asyncio.gather(task("update_actor", 0.02), task("compute_score", 0.04))
-        rec.range_end(handle, "default")
-
-    asyncio.run(step())
-    trace = RankTrace(0, rec.records())
+    trace = two_overlapping_tasks()
     by_name = {r.name: r for r in trace.ranges}
     upd, score = by_name["update_actor"], by_name["compute_score"]
     assert upd.thread == score.thread and upd.start_ns <= score.start_ns < upd.end_ns < score.end_ns

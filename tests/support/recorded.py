@@ -3,6 +3,8 @@ known timestamps, a Hypothesis strategy of arbitrary recordings, and a real Reco
 
 from __future__ import annotations
 
+import asyncio
+
 from hypothesis import strategies as st
 
 from mstx_marks.backends.record import Recorder
@@ -77,3 +79,22 @@ def recorded_rank(rank: int, steps: int, tokens: int) -> RankTrace:
         rec.range_end(upd, "default")
         rec.range_end(step, "default")
     return RankTrace(rank, rec.records())
+
+
+def two_overlapping_tasks(rank: int = 0, role: str = "") -> RankTrace:
+    """A real Recorder run: inside ``step``, two asyncio tasks on one thread whose ranges
+    overlap without nesting (compute_score starts inside update_actor and ends after it)."""
+    rec = Recorder()
+
+    async def task(name: str, seconds: float) -> None:
+        handle = rec.range_start(name, "default")
+        await asyncio.sleep(seconds)
+        rec.range_end(handle, "default")
+
+    async def step() -> None:
+        handle = rec.range_start("step", "default")
+        await asyncio.gather(task("update_actor", 0.02), task("compute_score", 0.04))
+        rec.range_end(handle, "default")
+
+    asyncio.run(step())
+    return RankTrace(rank, rec.records(), role=role)
