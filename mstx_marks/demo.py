@@ -14,8 +14,8 @@ same on every rank) would otherwise land in step 1 of one rank and make a symmet
 unbalanced. Each rank prints a line when it is ready and one per step.
 
 Under ``--out`` (default ``demo-out``) the demo writes ``trace.json`` (all ranks, for Perfetto),
-``chrome/rankN.trace.json``, ``ascend/<worker>_<ms>_ascend_pt/...`` (for msprof-analyze) and
-``timeline.svg``, then prints the summary table.
+``chrome/rankN.trace.json``, ``ascend/<host>_<pid>_<time>_ascend_pt/...`` (for msprof-analyze),
+``report.html`` (the HTML report) and ``timeline.svg``, then prints the summary table.
 
 >>> demo_cli(["--help"])  # doctest: +SKIP
 """
@@ -40,6 +40,7 @@ from .backends import detect
 from .backends.noop import NoopBackend
 from .export import flush_at_exit, write_chrome_trace
 from .ranges import mark
+from .report_html import write_html_report
 from .sampling import window
 from .settings import configure
 from .summary import fold_name, format_table, load_traces, summarize
@@ -48,7 +49,7 @@ from .timeline import write_svg
 __all__ = ["demo_cli"]
 
 _MARKER = ".mstx_marks_demo"
-_OWNED = ("ascend", "chrome", "trace.json", "timeline.svg")
+_OWNED = ("ascend", "chrome", "trace.json", "timeline.svg", "report.html")
 _VOCAB, _DIM, _PROMPT, _GROUP, _PROMPTS = 32, 32, 4, 4, 2
 _COLLECTIVE_TIMEOUT_S = 60
 # A stopped rank blocked in a collective runs its SIGTERM handler (which writes its files) only
@@ -307,10 +308,13 @@ def run_demo(args: DemoOptions) -> int:
         return 1
     write_chrome_trace(out / "trace.json", traces)
     write_svg(out / "timeline.svg", traces, fold_name)
-    print(format_table(summarize(traces)))
+    summary = summarize(traces)
+    write_html_report(out / "report.html", traces, summary)
+    print(format_table(summary))
     print(f"\n[demo] done in {time.perf_counter() - started:.1f} s. Wrote:")
     print(f"  {out / 'trace.json'}  (all ranks: open in https://ui.perfetto.dev)")
-    print(f"  {out / 'timeline.svg'}  (open in a browser)")
+    print(f"  {out / 'report.html'}  (timeline, phase table, rank imbalance: open in a browser)")
+    print(f"  {out / 'timeline.svg'}  (the timeline as a picture)")
     print(f"  {out / 'ascend'}/  (msprof-analyze cluster -m mstx_sum -d {out / 'ascend'})")
     print(f"  {out / 'chrome'}/  (one Chrome trace per rank)")
     print(f"  python -m mstx_marks summary {out}  (this table again; --csv, --json, --svg)")

@@ -60,6 +60,8 @@ def test_demo_writes_every_output_and_prints_the_summary(
     assert sorted(db.name for db in dbs) == [f"ascend_pytorch_profiler_{r}.db" for r in (0, 1)]
     assert (out / "chrome" / "rank0.trace.json").is_file()
     assert json.loads((out / "trace.json").read_text())["otherData"]["generator"] == "mstx_marks"
+    page = (out / "report.html").read_text()
+    assert page.startswith("<!DOCTYPE html>") and "update_actor" in page and "http" not in page
 
 
 def test_demo_outputs_agree_with_each_other(demo_run: tuple[Path, str, str]) -> None:
