@@ -63,6 +63,15 @@ def test_a_stopped_worker_loses_nothing_it_recorded(tmp_path: Path, signum: int)
     # The range still open at the signal is exported too, ended at the flush.
     assert [r.name for r in read_ascend_db(db).ranges] == ["update_actor"] * 3 + ["never_ended"]
     assert [p.name for p in (tmp_path / "chrome").iterdir()] == ["rank4.trace.json"]
+    # the spill was written first (what a grace period ending mid-export would have left)
+    from mstx_marks.export.spill import read_spill
+
+    (spilled,) = (tmp_path / "spill").iterdir()
+    trace = read_spill(spilled)
+    assert trace.rank == 4
+    assert [(r.name, r.open) for r in trace.ranges] == [("update_actor", False)] * 3 + [
+        ("never_ended", True)
+    ]
 
 
 _SIGNALLED_DURING_FLUSH = """

@@ -178,3 +178,20 @@ def test_a_file_that_is_not_a_spill_is_named(tmp_path: Path, garbage: bytes) -> 
     bad.write_bytes(garbage)
     with pytest.raises(TraceFileError, match=r"x\.jsonl"):
         read_spill(bad)
+
+
+def test_a_range_spilled_open_twice_then_ended_is_read_once(tmp_path: Path) -> None:
+    from mstx_marks.backends.record import Recorder
+    from mstx_marks.export.spill import Spill, read_spill
+
+    rec = Recorder()
+    spill = Spill(tmp_path, rec, rank=0)
+    rid = rec.range_start("step", "default")
+    left_open = rec.range_start("forever", "default")
+    assert left_open
+    spill.write_now(final=True)  # a signal's flush
+    spill.write_now(final=True)  # then the exit's: both wrote the open ranges
+    rec.range_end(rid, "default")
+    path = spill.write_now(final=True)
+    got = [(r.name, getattr(r, "open", None)) for r in read_spill(path).records]
+    assert got == [("step", False), ("forever", True)]

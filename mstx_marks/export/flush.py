@@ -31,6 +31,7 @@ from ..records import RankTrace
 from .ascend_db import ascend_db_path, write_ascend_db
 from .chrome import write_chrome_trace
 from .files import atomic_paths
+from .spill import Spill
 
 __all__ = ["chrome_trace_path", "export_rank", "flush_at_exit"]
 
@@ -92,6 +93,9 @@ def flush_at_exit(
         settings.configure(record=True)
     source = recorder if recorder is not None else default_recorder()
     db_path = ascend_db_path(Path(out_dir) / "ascend", rank)
+    # At exit the spill goes first: 1-2 us an event puts everything on disk, so a grace period
+    # that ends during the slower Chrome + DB export loses nothing (summary reads the spill).
+    spill = Spill(out_dir, source, rank=rank)
     # Re-entrant: a signal handler runs on the main thread, possibly inside a flush that
     # thread is already doing; a plain lock would wait on itself for ever.
     lock = threading.RLock()
@@ -112,6 +116,8 @@ def flush_at_exit(
 
     def on_exit() -> None:
         try:
+            if source.used:
+                spill.write_now(final=True)
             flush()
         except Exception as e:  # an exit hook must not hide the program's own exit status
             print(f"mstx_marks: could not write the recording to {out_dir}: {e}", file=sys.stderr)

@@ -225,4 +225,23 @@ def read_spill(path: str | Path) -> RankTrace:
         except (TypeError, ValueError) as e:
             raise TraceFileError(path, f"line {number} is not an event ({e})") from None
     records.sort(key=lambda r: r.start_ns)
-    return RankTrace(rank, records, [], path, role=str(role))
+    return RankTrace(rank, _latest(records), [], path, role=str(role))
+
+
+def _latest(records: list[Record]) -> list[Record]:
+    """Each range once: a range written as open by one final write (a signal's flush, then
+    the exit's) and later as ended, or open twice, is kept as its last word."""
+
+    def key(r: RangeRecord) -> tuple[str, str, int, int]:
+        return (r.name, r.domain, r.start_ns, r.thread)
+
+    opens = [r for r in records if isinstance(r, RangeRecord) and r.open]
+    if not opens:
+        return records
+    ended = {key(r) for r in records if isinstance(r, RangeRecord) and not r.open}
+    latest: dict[tuple[str, str, int, int], RangeRecord] = {}
+    for r in opens:
+        if key(r) not in ended and r.end_ns >= latest.get(key(r), r).end_ns:
+            latest[key(r)] = r
+    kept = {id(r) for r in latest.values()}
+    return [r for r in records if not (isinstance(r, RangeRecord) and r.open) or id(r) in kept]
