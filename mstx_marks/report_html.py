@@ -140,7 +140,8 @@ font:12px monospace;white-space:pre;display:none;z-index:2;max-width:600px}
 table{border-collapse:collapse}th,td{padding:2px 8px;text-align:right;border-bottom:1px solid #eee}
 th{cursor:pointer;background:#f4f4f4;position:sticky;top:0}
 th:first-child,td:first-child{text-align:left}
-.imb{display:flex;align-items:flex-end;gap:1px;height:60px;margin:2px 0 10px;
+#imbalance{display:flex;flex-wrap:wrap;gap:8px 24px}.card{width:280px;font-size:12px}
+.imb{display:flex;align-items:flex-end;gap:1px;height:40px;margin:2px 0 6px;
 border-bottom:1px solid #999}
 .imb div{background:#4e79a7;min-width:3px;flex:1;max-width:24px}.imb div.slow{background:#e15759}
 .note{color:#666}
@@ -317,10 +318,11 @@ rows();
 // imbalance
 const imb = document.getElementById('imbalance');
 for (const p of D.phases) {
+  const card = document.createElement('div'); card.className = 'card';
   const h = document.createElement('div');
   const ratio = p.imbalance === null ? '-' : p.imbalance.toFixed(2) + 'x';
   h.textContent = p.name + ': slowest rank ' + p.slowest + ' (' + ratio + ' the fastest)';
-  imb.appendChild(h);
+  card.appendChild(h);
   const box = document.createElement('div'); box.className = 'imb';
   const top = Math.max(...p.ranks.map(r => r[1]), 1e-9);
   for (const [rank, total] of p.ranks) {
@@ -330,7 +332,8 @@ for (const p of D.phases) {
     if (rank === p.slowest) b.className = 'slow';
     box.appendChild(b);
   }
-  imb.appendChild(box);
+  card.appendChild(box);
+  imb.appendChild(card);
 }
 size(); draw();
 window.addEventListener('resize', () => { size(); draw(); });
