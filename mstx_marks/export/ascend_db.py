@@ -67,6 +67,7 @@ __all__ = [
     "HOST_ONLY_CONNECTION",
     "add_metadata",
     "ascend_db_path",
+    "rank_of_db",
     "read_ascend_db",
     "write_ascend_db",
 ]
@@ -287,7 +288,9 @@ def _profiler_info(rank: int, span: tuple[int, int]) -> dict[str, Any]:
     }
 
 
-def _rank_of(path: Path) -> int:
+def rank_of_db(path: Path) -> int:
+    """The rank a database holds, as the tools read it: from its file name, else from the
+    ``profiler_info_<rank>.json`` beside its ``ASCEND_PROFILER_OUTPUT`` folder, else 0."""
     m = _DB_NAME.match(path.name)
     if m and m.group(1) is not None:
         return int(m.group(1))
@@ -358,4 +361,4 @@ def read_ascend_db(path: str | Path) -> RankTrace:
                 records.append(RangeRecord(name, domain, int(start), int(end), tid, pid))
     except (TypeError, ValueError, OverflowError) as e:
         raise TraceFileError(path, f"has a malformed MSTX_EVENTS row ({e})") from e
-    return RankTrace(_rank_of(path), records, steps, path)
+    return RankTrace(rank_of_db(path), records, steps, path)
