@@ -28,8 +28,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..aggregate import ProcessPart, phase_agg
-from ..export.ascend_db import EVENT_INSTANT, EVENT_MARKER, EVENT_PUSH_POP, EVENT_RANGE
-from ..export.ascend_db import rank_of_db
+from ..export.ascend_db import EVENT_INSTANT, EVENT_MARKER, EVENT_PUSH_POP, EVENT_RANGE, rank_of_db
 from ..mark_pairs import START_SUFFIX, STOP_SUFFIX, pair_marks
 from ..records import InstantRecord, RangeRecord, Record, TraceFileError
 from ..steps import StepOptions, fold_name, steps_from_ranges, steps_from_spans
