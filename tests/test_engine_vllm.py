@@ -6,8 +6,10 @@ and ``MSTX_MARKS_OUT`` set, vLLM's ``vllm.general_plugins`` entry point activate
 each of its three processes: the front end, the EngineCore (``vllm_one_step`` once per model
 step) and the worker (``prefill_batch`` / ``decode_batch`` / ``mixed_batch`` and ``sampling``).
 
-Three launches (about 35 s each), shared by the tests: without any variable (the reference
-tokens), with the variables, and with ``MSTX_MARKS_SAMPLE="vllm_one_step=window(2,5)"`` too.
+Four launches (about 35 s each), shared by the tests: without any variable (the reference
+tokens), with the variables, with ``MSTX_MARKS_SAMPLE="vllm_one_step=window(2,5)"`` too, and
+with the analysis presets (``vllm_dp``: dp_analysis's step ranges and scheduler markers;
+``vllm_modules``: a range per module call of the real model).
 """
 
 from __future__ import annotations
@@ -240,3 +242,52 @@ def test_summary_counts_both_processes(marked: Launch, vllm_python: Path) -> Non
     # Both processes say rank 0: neither may hide the other (EngineCore's steps, worker's phases).
     assert phases == counts(procs.engine.ranges) + counts(procs.worker.ranges)
     assert set(data["ranks"]) == {"0"}
+
+
+# --- the analysis presets in the real engine: dp_analysis's step ranges, module ranges ----------
+
+
+@pytest.fixture(scope="module")
+def analysed(
+    vllm_python: Path, tiny_model: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Launch:
+    return _launch(
+        vllm_python, tiny_model, tmp_path_factory.mktemp("analysed"),
+        {"MSTX_MARKS_INSTRUMENT": "vllm,vllm_dp,vllm_modules"},
+    )  # fmt: skip
+
+
+def test_dp_step_ranges_and_markers_come_from_the_real_scheduler(analysed: Launch) -> None:
+    procs = _processes(analysed)
+    steps = sorted(procs.engine.ranges, key=lambda r: r.start_ns)
+    dp = [r for r in steps if r.domain == "step_process"]
+    one = [r for r in steps if r.domain == "vllm_one_step"]
+    assert dp and len(dp) == len(one)  # every model step is one dp_analysis step, idle ones none
+    for outer, inner in zip(dp, one):
+        assert outer.start_ns <= inner.start_ns and inner.end_ns <= outer.end_ns
+    markers = [m for m in procs.engine.instants if m.domain == "step_process"]
+    assert len(markers) == len(dp)
+    stats = [json.loads(m.name) for m in markers]
+    assert all({"running_reqs", "waiting_reqs", "out_tokens"} <= set(s) for s in stats), stats
+    assert all(len(m.name.encode()) <= 156 for m in markers)
+    single = next(c for c in analysed.calls if len(c["prompts"]) == 1 and c["ignore_eos"])
+    inside = [
+        s for m, s in zip(markers, stats) if single["begin_ns"] <= m.start_ns <= single["end_ns"]
+    ]
+    # one request that never stops early: running alone, one new token a step; counted after
+    # each step as vLLM's SchedulerStats are, so the step that finishes it says 0 running
+    assert [s["running_reqs"] for s in inside] == [1] * (single["max_tokens"] - 1) + [0]
+    assert sum(s["out_tokens"] for s in inside) == single["max_tokens"]
+
+
+def test_module_ranges_wrap_every_forward_of_the_real_model(analysed: Launch) -> None:
+    procs = _processes(analysed)
+    modules = [r for r in procs.worker.ranges if r.domain == "Module"]
+    forwards = _model_steps(procs.worker)
+    assert modules and forwards
+    roots = [r for r in modules if r.name.endswith("ForCausalLM")]
+    assert len(roots) == len(forwards)  # the model's root module: one range per forward
+    names = {r.name for r in modules}
+    assert {"LlamaDecoderLayer", "LlamaAttention"} <= names or len(names) > 3, names
+    for root, forward in zip(sorted(roots, key=lambda r: r.start_ns), forwards):
+        assert forward.start_ns <= root.start_ns and root.end_ns <= forward.end_ns

@@ -142,6 +142,8 @@ def dp_message(stats: dict[str, Any]) -> str:
 
 
 def _step_stats(engine: Any, outputs: Any) -> dict[str, Any]:
+    """The scheduler's queues after the step, as vLLM's own ``SchedulerStats`` count them (made
+    once the step's outputs are in): a request that finished in this step is not running."""
     scheduler = engine.scheduler
     stats: dict[str, Any] = {}
     # Each field on its own: another vLLM's scheduler may lack one; the marker keeps the rest.
