@@ -195,3 +195,33 @@ def test_a_range_spilled_open_twice_then_ended_is_read_once(tmp_path: Path) -> N
     path = spill.write_now(final=True)
     got = [(r.name, getattr(r, "open", None)) for r in read_spill(path).records]
     assert got == [("step", False), ("forever", True)]
+
+
+def test_a_final_spill_does_not_chase_threads_still_recording(tmp_path: Path) -> None:
+    import threading
+
+    from mstx_marks.backends.record import Recorder
+    from mstx_marks.export.spill import Spill, read_spill
+
+    rec = Recorder(capacity=10_000_000)
+    stop = threading.Event()
+
+    def busy() -> None:
+        while not stop.is_set():
+            rec.range_end(rec.range_start("bg", "d"), "d")
+
+    threads = [threading.Thread(target=busy) for _ in range(4)]
+    for t in threads:
+        t.start()
+    try:
+        while rec.used < 20_000:
+            stop.wait(0.01)
+        at_start = rec.used
+        path = Spill(tmp_path, rec, rank=0).write_now(final=True)  # returns: no chase
+        written = len(read_spill(path).records)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=30)
+    assert at_start - 4 <= written <= at_start + 4  # what was recorded when it began
+    assert rec.used > written  # the threads went on meanwhile

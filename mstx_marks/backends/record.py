@@ -195,11 +195,15 @@ class Recorder(Backend):
     def emitter(self, stream: object) -> Emitter:
         return Emitter(self, self.range_start, self.range_end, self.mark)
 
-    def drain(self, cursor: DrainCursor, limit: int = 1 << 62) -> list[Record]:
+    def drain(
+        self, cursor: DrainCursor, limit: int = 1 << 62, upto: int | None = None
+    ) -> list[Record]:
         """The events completed since ``cursor`` last looked (ranges that ended, instants), and
         advance it: what the flight recorder's spill thread appends. Ranges still open are kept
         in the cursor and come out once they end. At most about ``limit`` new slots are looked
-        at, so a caller can work in batches. Costs O(new slots + open ranges)."""
+        at, so a caller can work in batches; slots from ``upto`` on (a :attr:`used` taken
+        earlier) are left for later, so a writer does not chase threads still recording. Costs
+        O(new slots + open ranges)."""
         if cursor.generation != self.generation:  # cleared (or forked) since: start over
             cursor.reset(self.generation)
         out: list[Record] = []
@@ -215,6 +219,8 @@ class Recorder(Backend):
                 start, tid = self._starts[chunk][off], _threads[self._tids[chunk][off]]
                 out.append(RangeRecord(name, domain, start, end, tid, pid, False, args.get(i)))
         i, issued = cursor.next, min(self._issued(), self.capacity)
+        if upto is not None:
+            issued = min(issued, upto)
         while i < issued and (chunk := i >> _SHIFT) < len(self._starts):
             off = i & _MASK
             stop = min(_CHUNK, off + issued - i, off + max(1, limit - len(out)))

@@ -130,9 +130,10 @@ class Spill:
         try:
             # In batches: the memory a spill needs stays flat however much it has to write.
             wrote = False
+            upto = self.recorder.used  # what is recorded by now: threads still recording wait
             while True:
                 before = self._cursor.next
-                events = self.recorder.drain(self._cursor, _BATCH)
+                events = self.recorder.drain(self._cursor, _BATCH, upto)
                 if events:
                     self._append(events)
                     wrote = True
