@@ -83,9 +83,14 @@ def activate() -> None:
     not needed: patches and arming are inherited, and the recorder follows the fork)."""
     global _done_in
     with _lock:
-        if _done_in is not None or not env.any_set() or env.off():
-            return  # MSTX_MARKS_OFF: nothing is patched, nothing recorded
+        if _done_in is not None or not env.any_set():
+            return
         _done_in = os.getpid()
+    if env.off():  # the hard off switch: nothing is patched, nothing recorded, said once
+        asked = [v for v in (env.OUT, env.INSTRUMENT, env.CAPTURE) if env.text(v) is not None]
+        if asked:
+            warn(f"{env.OFF}=1: {', '.join(asked)} ignored, nothing is recorded in this process")
+        return
     try:
         _activate()
     except Exception as exc:  # activation runs inside the frameworks' start-up: never break it

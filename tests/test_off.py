@@ -80,3 +80,17 @@ def test_without_the_switch_the_same_program_records() -> None:
     got, _ = _run(None)
     assert got["same_function"] is False and got["shared_noop"] is False
     assert got["recorded"] == 1 and got["patched"] == ["__main__:Engine.step"]
+
+
+def test_the_off_switch_says_once_what_it_ignores(tmp_path: object) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MSTX_MARKS_")}
+    env |= {"MSTX_MARKS_OFF": "1", "MSTX_MARKS_OUT": str(tmp_path), "MSTX_MARKS_INSTRUMENT": "vllm"}
+    proc = subprocess.run(
+        [sys.executable, "-c", "import mstx_marks.activate as a; a.activate(); a.activate()"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.count("MSTX_MARKS_OUT, MSTX_MARKS_INSTRUMENT ignored") == 1, proc.stderr

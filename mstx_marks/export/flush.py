@@ -131,6 +131,8 @@ def flush_at_exit(
 def _why_empty() -> str:
     """In plain words, why a process recorded nothing."""
     state = settings.state()
+    if env.off():
+        return f"{env.OFF}=1 switched the library off for this process"
     if not state.enabled:
         return "ranges are disabled (configure(enabled=False) or MSTX_MARKS_DISABLE)"
     if not settings.recording():
