@@ -1,9 +1,11 @@
 """Which ranges reach which backend: ``configure``, the environment, domain and rank filters.
 
 Every range site holds a :class:`Gate` for its (domain, stream). A gate's ``start``, ``end`` and
-``mark`` are the backend's calls while that domain is active and ``None`` otherwise, so the hot
-path decides with one attribute read. Settings changes rewrite every gate, which is how
-``configure`` reaches functions decorated before it was called.
+``instant`` are the backend's calls while that domain is active and ``None`` otherwise, so the
+hot path decides with one attribute read. Settings changes rewrite every gate, which is how
+``configure`` reaches functions decorated before it was called. A backend call that raises is
+contained here (:func:`fault`): only what failed degrades, and it is retried after a back-off
+(:mod:`mstx_marks.faults`).
 
 The environment (:mod:`mstx_marks.env`: backend, disable, include/exclude, ranks, out) is read
 at first use, not at import.
