@@ -56,11 +56,11 @@ import functools
 import threading
 import weakref
 from collections.abc import Iterable, Iterator
-from typing import Any, Callable, Literal
+from typing import Any, Callable, Literal, cast
 
 from .checks import check_int, check_names
 from .diagnostics import warn_once
-from .instrument import Instrumented
+from .instrument import Instrumented, _live, _Patch, replace
 from .names import fit_name
 from .phases import Phase, register
 from .ranges import Mark, _begin, _end
@@ -388,19 +388,36 @@ def _backward_hooks(
     return pre, post
 
 
+class _Unhook(_Patch):
+    """A preset's "patch" of the models its loader hooked: undoing it unhooks each of them."""
+
+    __slots__ = ()
+
+    def __init__(self, hooked: list[Instrumented], label: str) -> None:
+        super().__init__(hooked, "", None, object(), True, label)
+
+    def current(self) -> Any:
+        return self.installed  # nothing to be patched over: the hooks are the models' own
+
+    def put_back(self) -> None:
+        hooked = cast("list[Instrumented]", self.owner)
+        while hooked:
+            hooked.pop().undo()
+
+
 def hook_after(
     get_models: Callable[[Any], Any], depth: int | None = 4, **kwargs: Any
 ) -> Callable[[Any, str, Any, Any], Instrumented]:
     """A preset patch: after each call of ``owner.attr(self, ...)`` (a model loader), hook the
     models ``get_models(self)`` gives (one module, a list of them, or None) with
     :func:`instrument_modules` (``depth``, ``kwargs``; sampled by the preset's policy for the
-    target's phase). Undoing the preset restores the loader; models already hooked stay hooked.
+    target's phase). Undoing the preset restores the loader and unhooks every model it hooked.
     A model that cannot be hooked warns once; the loader's result is returned as it was."""
-    from .instrument import replace
 
     def patch(owner: Any, attr: str, target: Any, options: Any) -> Instrumented:
         policy = options.policy(target.phase)
         label = f"{target.module}:{target.path}"
+        hooked: list[Instrumented] = []
 
         def wrap(o: object, a: str, raw: Callable[..., Any]) -> Callable[..., Any]:
             @functools.wraps(raw)
@@ -411,13 +428,17 @@ def hook_after(
                     models = found if isinstance(found, (list, tuple)) else [found]
                     for model in models:
                         if model is not None:
-                            instrument_modules(model, depth, sample=policy, **kwargs)
+                            hooked.append(instrument_modules(model, depth, sample=policy, **kwargs))
                 except Exception as exc:
                     warn_once(("module preset", label), f"{label}: modules not hooked ({exc})")
                 return out
 
             return load
 
-        return replace(owner, attr, wrap)
+        loader = replace(owner, attr, wrap)
+        # Undone first (undo goes newest first): the models' hooks, then the loader.
+        unhook = _Unhook(hooked, f"{label} (models it hooked)")
+        _live[unhook.installed] = unhook
+        return Instrumented([*loader._patches, unhook], loader.skipped)
 
     return patch

@@ -341,3 +341,11 @@ def test_the_module_presets_hook_the_model_their_loader_built(
             h.undo()
     # depth 4 reaches each Block's Linear and ReLU: two forwards, 2 + 1 Blocks.
     assert Counter(r.name for r in _ranges()) == {"Net": 2, "Block": 3, "Linear": 5, "ReLU": 3}
+    # undo unhooked the models the loaders had built too: no more ranges, no hooks left
+    before = len(_ranges())
+    runner.model(torch.ones(1, 8))
+    worker.actor.engine.module(torch.ones(1, 8))
+    assert len(_ranges()) == before
+    for model in (runner.model, worker.actor.engine.module):
+        for m in model.modules():
+            assert not m._forward_pre_hooks and not m._forward_hooks
