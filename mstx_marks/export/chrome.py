@@ -125,6 +125,27 @@ def trace_event(rec: Record, pid: int, origin_ns: int, tid: int | None = None) -
     return ev
 
 
+def _process_events(t: RankTrace) -> list[dict[str, Any]]:
+    """The metadata events that name and order a rank's process."""
+    return [
+        {"ph": "M", "name": "process_name", "pid": t.rank, "args": {"name": f"rank {t.rank}"}},
+        {"ph": "M", "name": "process_sort_index", "pid": t.rank, "args": {"sort_index": t.rank}},
+    ]
+
+
+def _other_data(traces: list[RankTrace], origin: int) -> dict[str, Any]:
+    ranks = {
+        str(t.rank): {
+            "pids": sorted({r.pid for r in t.records}),
+            "steps": [[s, e] for s, e in t.steps],
+            "role": t.role,
+        }
+        for t in traces
+    }
+    clock = {"wall_ns": time.time_ns(), "mono_ns": time.monotonic_ns()}
+    return {"generator": GENERATOR, "origin_ns": origin, "ranks": ranks, "clock": clock}
+
+
 def chrome_trace(traces: Iterable[RankTrace], origin_ns: int | None = None) -> dict[str, Any]:
     """Build the trace document for ``traces`` (one per rank), ready for :func:`json.dumps`.
 
@@ -133,22 +154,13 @@ def chrome_trace(traces: Iterable[RankTrace], origin_ns: int | None = None) -> d
     traces = list(traces)
     origin = _default_origin(traces) if origin_ns is None else origin_ns
     events: list[dict[str, Any]] = []
-    ranks: dict[str, Any] = {}
     for t in traces:
-        pids = sorted({r.pid for r in t.records})
-        ranks[str(t.rank)] = {"pids": pids, "steps": [[s, e] for s, e in t.steps], "role": t.role}
-        events.append(
-            {"ph": "M", "name": "process_name", "pid": t.rank, "args": {"name": f"rank {t.rank}"}}
-        )
-        events.append(
-            {"ph": "M", "name": "process_sort_index", "pid": t.rank, "args": {"sort_index": t.rank}}
-        )
+        events += _process_events(t)
         events.extend(trace_event(rec, t.rank, origin) for rec in t.records)
-    clock = {"wall_ns": time.time_ns(), "mono_ns": time.monotonic_ns()}
     return {
         "traceEvents": events,
         "displayTimeUnit": "ms",
-        "otherData": {"generator": GENERATOR, "origin_ns": origin, "ranks": ranks, "clock": clock},
+        "otherData": _other_data(traces, origin),
     }
 
 
@@ -162,28 +174,20 @@ def write_chrome_trace(
     # Written as it is made, with each name's JSON made once: the same document as
     # dumps(chrome_trace(...)), at a fraction of the time and with no copy of it in memory.
     traces = list(traces)
-    doc = chrome_trace([RankTrace(t.rank, [], t.steps, t.source, t.role) for t in traces])
     origin = _default_origin(traces) if origin_ns is None else origin_ns
-    doc["otherData"]["origin_ns"] = origin
-    head = doc.pop("traceEvents")
-    for t in traces:
-        doc["otherData"]["ranks"][str(t.rank)]["pids"] = sorted({r.pid for r in t.records})
     quoted: dict[tuple[str, str], tuple[str, str]] = {}
-    per_trace = len(head) // max(1, len(traces))  # chrome_trace's metadata events per rank
     with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
         f.write('{"traceEvents":[')
         sep = ""
-        for i, t in enumerate(traces):
-            for ev in head[i * per_trace : (i + 1) * per_trace]:
-                f.write(sep + dumps(ev))
-                sep = ","
+        for t in traces:
+            f.write(sep + ",".join(dumps(ev) for ev in _process_events(t)))
+            sep = ","
             records = t.records
             for lo in range(0, len(records), 4096):
                 batch = records[lo : lo + 4096]
-                f.write(sep + ",".join(_event_json(r, t.rank, origin, quoted) for r in batch))
-                sep = ","
-        rest = dumps(doc)
-        f.write("]," + rest[1:])
+                f.write("," + ",".join(_event_json(r, t.rank, origin, quoted) for r in batch))
+        tail = {"displayTimeUnit": "ms", "otherData": _other_data(traces, origin)}
+        f.write("]," + dumps(tail)[1:])
         f.flush()
         os.fsync(f.fileno())
     return Path(path)
