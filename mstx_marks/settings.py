@@ -596,9 +596,11 @@ def instant_with_args(g: Gate, name: str, args: Mapping[str, Any]) -> None:
         if rec is None:
             call(name, g.domain)
             return
+        rec.instant_with_args(name, g.domain, args)  # first: a device fault loses no record
         if isinstance(backend, backends.Tee):
-            backend.device.emitter(g.stream).instant(name, g.domain)
-        rec.instant_with_args(name, g.domain, args)
+            # the stream the gate's own calls use: none while a fault holds it host-only
+            stream = None if _stream_key(g.stream) in _settings.health.host_only else g.stream
+            backend.device.emitter(stream).instant(name, g.domain)
     except Exception as exc:
         fault(call, exc)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from . import settings
-from .backends.record import Recorder, default_recorder
+from .backends.record import default_recorder
 
 __all__ = ["Status", "status"]
 
@@ -76,7 +76,7 @@ def status() -> Status:
     s = settings.state()
     h = s.health
     now = h.clock()
-    recorder = s.armed if isinstance(s.armed, Recorder) else getattr(s.armed, "recorder", None)
+    recorder = settings.recorder_of(s.armed)
     if recorder is None and s.record:
         recorder = default_recorder()
     return Status(

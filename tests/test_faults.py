@@ -156,3 +156,12 @@ def test_faults_under_warnings_as_errors_never_reach_the_body(which: str) -> Non
             instant("i")
             ran.append(1)
     assert ran == [1]
+
+
+def test_an_instant_with_args_beside_a_failing_device_is_still_recorded() -> None:
+    configure(backend=Failing(("mark",)), record=True)
+    with caught():
+        for i in range(3):
+            instant("tick", args={"i": i})
+    got = [(r.name, r.args) for r in mstx_marks.default_recorder().records()]
+    assert got == [("tick", {"i": 0}), ("tick", {"i": 1}), ("tick", {"i": 2})]
