@@ -14,10 +14,13 @@ from __future__ import annotations
 
 import argparse
 import gc
+import itertools
 import json
 import operator
+import os
 import random
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -35,12 +38,13 @@ from mstx_marks import (  # noqa: E402
     Phase,
     configure,
     current_backend,
+    every,
     mark,
     mstx_range,
-    off,
     window,
 )
 from mstx_marks.backends.record import Recorder  # noqa: E402
+from mstx_marks.core import off  # noqa: E402
 
 time_ns = time.time_ns
 
@@ -210,10 +214,67 @@ def build_rows(stack: ExitStack, number: int) -> tuple[dict[str, Row], dict[str,
                 "with mark('x') on",
             ),
         }
+    # Issue 17's rows: a `with` where nothing listens (domain excluded) inside a function, against
+    # nvtx's prebuilt annotate with no tool attached; a sampled mark written at each use against
+    # a prebuilt one; names by the ten thousand against ten.
+    closed, sampled = mark("x", domain="filtered"), mark("x", sample=every(10))
+    names_10 = itertools.cycle([f"n{i}" for i in range(10)])
+    names_10k = itertools.cycle([f"n{i}" for i in range(10_000)])
+
+    def closed_with() -> None:
+        with closed:
+            pass
+
+    def sampled_prebuilt() -> None:
+        with sampled:
+            pass
+
+    def sampled_per_use() -> None:
+        with mark("x", sample=every(10)):
+            pass
+
+    def few_names() -> None:
+        with mark(next(names_10)):
+            pass
+
+    def many_names() -> None:
+        with mark(next(names_10k)):
+            pass
+
+    ns |= {
+        "closed_with": closed_with,
+        "sampled_prebuilt": sampled_prebuilt,
+        "sampled_per_use": sampled_per_use,
+        "few_names": few_names,
+        "many_names": many_names,
+    }
+    rows |= {
+        "with prebuilt sampled mark": ("sampled_prebuilt()", "floor: bare call"),
+        "with mark(x, sample=every(10)) per use": (
+            "sampled_per_use()",
+            "with prebuilt sampled mark",
+        ),
+        "with mark(name), 10 names": ("few_names()", "floor: bare call"),
+        "with mark(name), 10000 names": ("many_names()", "with mark(name), 10 names"),
+    }
     try:
         import nvtx
 
         ns["nvtx"] = nvtx
+        prebuilt_nvtx = nvtx.annotate("x")
+
+        def nvtx_with() -> None:
+            with prebuilt_nvtx:
+                pass
+
+        ns["nvtx_with"] = nvtx_with
+        rows |= {
+            "nvtx prebuilt with, in a function": ("nvtx_with()", "floor: bare call"),
+            "with m, nothing listens, in a function": (
+                "closed_with()",
+                "nvtx prebuilt with, in a function",
+            ),
+        }
         ns["nvtx_annotated"] = nvtx.annotate("x")(_noop)
         rows |= {
             "nvtx @annotate (no tool)": ("nvtx_annotated()", "@mstx_range on"),
@@ -234,7 +295,7 @@ def build_rows(stack: ExitStack, number: int) -> tuple[dict[str, Row], dict[str,
     try:
         import torch
 
-        from mstx_marks.modules import instrument_modules
+        from mstx_marks.capture.nn_modules import instrument_modules
 
         # One hooked module call (pre-hook + forward hook, one Module range) against the same
         # module unhooked: the difference is what instrument_modules costs per module call.
@@ -338,15 +399,15 @@ def flush_costs(n: int) -> dict[str, float]:
     """Per event, the time and the peak memory beyond the recording itself of what a process
     does at exit: the flight recorder's last spill (which makes everything safe on disk), and
     the full export (Chrome trace + Ascend DB, replaced together). Half ranges, half instants."""
+    from mstx_marks.base.records import RankTrace
     from mstx_marks.export.flush import export_rank
     from mstx_marks.export.spill import Spill
-    from mstx_marks.records import RankTrace
 
     rec = Recorder(capacity=n + 1)
     names = [f"phase_{i}" for i in range(20)]
     for i in range(n // 2):
         rec.range_end(rec.range_start(names[i % 20], "verl"), "verl")
-        rec.mark("tick", "verl")
+        rec.instant("tick", "verl")
     out: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for what, run in (
@@ -366,6 +427,10 @@ def flush_costs(n: int) -> dict[str, float]:
 
 
 TARGETS = [  # (row, comparison, limit, what the issue asks)
+    ("with m, nothing listens, in a function", "<=", 1.1, "no-listener `with m` / nvtx's"),
+    ("with mark(x, sample=every(10)) per use", "<=", 1.2, "per-use sampled mark / prebuilt"),
+    ("with mark(name), 10000 names", "<=", 1.1, "10,000 names / 10 names"),
+    ("@mstx_range on, record / clocks", "<=", 3.0, "recorded @mstx_range / its clocks floor"),
     ("@mstx_range on", "<=", 1.25, "enabled @mstx_range vs the try/finally floor"),
     ("with mark('x') on", "<=", 1.5, "enabled with mark('x') vs the __slots__ floor"),
     ("@mstx_range filtered", "<=", 1.25, "filtered @mstx_range vs pass-through"),
@@ -375,6 +440,55 @@ TARGETS = [  # (row, comparison, limit, what the issue asks)
     ("@mstx_range on, record", "<=", 2.0, "recorded @mstx_range vs the mstx one"),
     ("@mstx_range, MSTX_MARKS_OFF", "<=", 1.05, "MSTX_MARKS_OFF @mstx_range vs a bare call"),
 ]
+
+
+_FIRST_RANGE = (
+    "import time; t0 = time.perf_counter(); import mstx_marks; t1 = time.perf_counter()\n"
+    "with mstx_marks.mark('x'):\n    pass\n"
+    "import sys; print(t1 - t0, time.perf_counter() - t1, 'torch' in sys.modules,"
+    " sorted(m for m in ('argparse', 'sqlite3', 'socket', 'gzip') if m in sys.modules))"
+)
+
+
+def start_up(runs: int) -> dict[str, Any]:
+    """In fresh processes: ``import mstx_marks`` against ``import nvtx`` (warm: bytecode cached;
+    cold: compiled anew into an empty cache), the first range of a process that has torch
+    installed but never imported it, and which heavy modules the import brought in."""
+
+    def seconds(code: str, cold: bool = False) -> list[float]:
+        out = []
+        for _ in range(runs):
+            env = dict(os.environ)
+            if cold:
+                env["PYTHONPYCACHEPREFIX"] = tempfile.mkdtemp()
+            proc = subprocess.run(
+                [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+            )
+            out.append(proc.stdout)
+        return [float(x.split()[0]) for x in out]
+
+    timed = "import time; t = time.perf_counter(); import {}; print(time.perf_counter() - t)"
+    result: dict[str, Any] = {}
+    for kind, cold in (("warm", False), ("cold", True)):
+        ours = statistics.median(seconds(timed.format("mstx_marks"), cold))
+        try:
+            theirs = statistics.median(seconds(timed.format("nvtx"), cold))
+        except subprocess.CalledProcessError:
+            theirs = float("nan")
+        result[f"import_{kind}_ms"] = ours * 1e3
+        result[f"import_{kind}_over_nvtx"] = ours / theirs
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MSTX_MARKS_")}
+    lines = [
+        subprocess.run(
+            [sys.executable, "-c", _FIRST_RANGE], env=env, capture_output=True, text=True,
+            check=True,
+        ).stdout.split(maxsplit=2)
+        for _ in range(runs)
+    ]  # fmt: skip
+    result["first_range_ms"] = statistics.median(float(line[1]) for line in lines) * 1e3
+    result["first_range_imported_torch"] = lines[0][2].startswith("True")
+    result["heavy_modules_at_import"] = lines[0][2].split(maxsplit=1)[1].strip()
+    return result
 
 
 def standing(rel: dict[str, float]) -> list[str]:
@@ -448,6 +562,20 @@ def main(argv: list[str] | None = None) -> int:
         ("export_peak_bytes_per_event", 100.0),
     ):
         checks.append((f"exit flush {key}", flush[key], "<=", limit, flush[key] <= limit))
+    boot = start_up(3 if args.quick else 9)
+    print(
+        f"start-up: import mstx_marks {boot['import_warm_ms']:.1f} ms warm "
+        f"({boot['import_warm_over_nvtx']:.2f}x nvtx), {boot['import_cold_ms']:.1f} ms cold "
+        f"({boot['import_cold_over_nvtx']:.2f}x nvtx); first range {boot['first_range_ms']:.2f} ms"
+        f", torch imported: {boot['first_range_imported_torch']}; heavy modules at import: "
+        f"{boot['heavy_modules_at_import']}"
+    )
+    for key, limit in (("import_warm_over_nvtx", 1.0), ("import_cold_over_nvtx", 1.0)):
+        checks.append((f"start-up {key}", boot[key], "<=", limit, boot[key] <= limit))
+    checks.append(
+        ("start-up first range ms (torch installed)", boot["first_range_ms"], "<=", 5.0,
+         boot["first_range_ms"] <= 5.0 and not boot["first_range_imported_torch"])
+    )  # fmt: skip
     print(
         f"exit flush over {ranges_n // 5} events: last spill {flush['spill_us_per_event']:.2f} "
         f"us/event, {flush['spill_peak_bytes_per_event']:.0f} B/event peak; Chrome + DB export "
@@ -468,6 +596,7 @@ def main(argv: list[str] | None = None) -> int:
                     "ratios": rel,
                     "recorder": rec,
                     "flush": flush,
+                    "start_up": boot,
                     "targets": [
                         dict(zip(("what", "value", "op", "limit", "ok"), c)) for c in checks
                     ],

@@ -37,8 +37,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from mstx_marks.base.records import RangeRecord, Record  # noqa: E402
 from mstx_marks.export import RankTrace, ascend_db_path, write_ascend_db  # noqa: E402
-from mstx_marks.records import RangeRecord, Record  # noqa: E402
 
 T0 = 1_750_000_000_000_000_000
 #: One step: step, gen, 8 decode steps, log-probs, reward, update_actor (13 ranges).

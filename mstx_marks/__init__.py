@@ -4,17 +4,38 @@
 >>> configure(backend="record")
 >>> with mark("generate_sequences"):
 ...     instant("first_token")
+
+Everything a user calls is here. The range API is loaded with the package; the rest (the
+recorder, the exporters, instrumentation, profiler helpers) is loaded on first use, so that
+``import mstx_marks`` stays as cheap as ``import nvtx``. The package's own layout, one folder per
+role, imports one way: ``base`` < ``backends`` < ``core`` < ``export`` < ``capture`` |
+``analysis`` < ``profiling`` < ``launch`` < ``cli`` (``tests/test_layers.py`` holds it).
 """
 
-from .backends.record import Recorder, default_recorder
-from .diagnostics import MstxMarksWarning
-from .names import DEFAULT_DOMAIN, MAX_NAME_BYTES
-from .phases import Phase
-from .ranges import Mark, Range, instant, mark, mstx_range
-from .records import InstantRecord, RangeRecord, RankTrace
-from .sampling import every, first, window
-from .settings import configure, current_backend, is_active, recording
-from .status import Status, status
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from mstx_marks.base import VERSION
+from mstx_marks.base.diagnostics import MstxMarksWarning
+from mstx_marks.base.names import DEFAULT_DOMAIN, MAX_NAME_BYTES
+from mstx_marks.base.phases import Phase
+from mstx_marks.core.ranges import Mark, Range, instant, mark, mstx_range
+from mstx_marks.core.routing import configure, current_backend, is_active, recording
+from mstx_marks.core.sampling import every, first, window
+
+if TYPE_CHECKING:
+    from mstx_marks.backends.record import Recorder, default_recorder
+    from mstx_marks.base import phases
+    from mstx_marks.base.records import InstantRecord, RangeRecord, RankTrace
+    from mstx_marks.capture.instrument import instrument
+    from mstx_marks.capture.nn_modules import instrument_modules
+    from mstx_marks.capture.presets.verl import marked_timer
+    from mstx_marks.core.status import Status, status
+    from mstx_marks.export.flush import flush_at_exit
+    from mstx_marks.launch.activate import activate
+    from mstx_marks.profiling.recipes import capture
 
 __all__ = [
     "DEFAULT_DOMAIN",
@@ -28,23 +49,67 @@ __all__ = [
     "RankTrace",
     "Recorder",
     "Status",
+    "activate",
+    "capture",
     "configure",
     "current_backend",
     "default_recorder",
     "every",
     "first",
+    "flush_at_exit",
     "instant",
+    "instrument",
+    "instrument_modules",
     "is_active",
     "mark",
+    "marked_timer",
     "mstx_range",
+    "phases",
     "recording",
     "status",
     "window",
 ]
 
-__version__ = "0.1.0"
+__version__ = VERSION
 
-from . import env as _env
+#: Public names loaded on first use: name -> (module, attribute; "" for the module itself).
+_LAZY = {
+    "Recorder": ("mstx_marks.backends.record", "Recorder"),
+    "default_recorder": ("mstx_marks.backends.record", "default_recorder"),
+    "phases": ("mstx_marks.base.phases", ""),
+    "InstantRecord": ("mstx_marks.base.records", "InstantRecord"),
+    "RangeRecord": ("mstx_marks.base.records", "RangeRecord"),
+    "RankTrace": ("mstx_marks.base.records", "RankTrace"),
+    "instrument": ("mstx_marks.capture.instrument", "instrument"),
+    "instrument_modules": ("mstx_marks.capture.nn_modules", "instrument_modules"),
+    "marked_timer": ("mstx_marks.capture.presets.verl", "marked_timer"),
+    "Status": ("mstx_marks.core.status", "Status"),
+    "status": ("mstx_marks.core.status", "status"),
+    "flush_at_exit": ("mstx_marks.export.flush", "flush_at_exit"),
+    "activate": ("mstx_marks.launch.activate", "activate"),
+    "capture": ("mstx_marks.profiling.recipes", "capture"),
+}
 
-if _env.off():  # MSTX_MARKS_OFF=1: the hard off switch (see mstx_marks.off)
-    from .off import instant, mark, mstx_range  # type: ignore[no-redef]
+
+def __getattr__(name: str) -> Any:
+    try:
+        module, attr = _LAZY[name]
+    except KeyError:
+        raise AttributeError(f"module 'mstx_marks' has no attribute {name!r}") from None
+    found = importlib.import_module(module)
+    value = getattr(found, attr) if attr else found
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
+
+# MSTX_MARKS_OUT set: this process records and writes there like a launched one, whatever
+# imported the library (a plain `MSTX_MARKS_OUT=prof python train.py`, a Ray actor given only
+# runtime_env env_vars). Unset: nothing more is imported. Idempotent; never raises.
+if __import__("os").environ.get("MSTX_MARKS_OUT", "").strip():
+    from mstx_marks.launch.activate import activate_at_import
+
+    activate_at_import()

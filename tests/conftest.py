@@ -19,8 +19,8 @@ import pytest
 from support.isolation import fresh
 
 import mstx_marks
-from mstx_marks import env
 from mstx_marks.backends.base import Backend, Emitter
+from mstx_marks.base import env
 
 # --doctest-modules would import these: support/no_torch.py blocks torch for the rest of the
 # run, and engines/ holds scripts for the engines' own venvs (ray, vLLM).

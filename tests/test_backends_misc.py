@@ -17,7 +17,7 @@ import mstx_marks
 from mstx_marks import backends, configure, current_backend, instant, mark, mstx_range
 from mstx_marks.backends import BackendUnavailable, NoopBackend
 from mstx_marks.backends.record import Recorder
-from mstx_marks.records import InstantRecord, RangeRecord
+from mstx_marks.base.records import InstantRecord, RangeRecord
 
 # --- record ------------------------------------------------------------------------------------
 
@@ -294,7 +294,7 @@ def test_clear_with_a_range_open_does_not_touch_what_took_its_slot() -> None:
     rec = Recorder(capacity=100)
     stale = rec.range_start("open_at_clear", "default")
     rec.clear()
-    rec.mark("later_instant", "default")  # takes the slot the stale range had
+    rec.instant("later_instant", "default")  # takes the slot the stale range had
     rec.range_end(stale, "default")  # the old range ends: nothing in this recording changes
     (only,) = rec.records()
     assert (only.kind, only.name) == ("instant", "later_instant")

@@ -39,7 +39,7 @@ from mstx_marks import (
     status,
 )
 from mstx_marks.backends.mstx import MstxBackend
-from mstx_marks.settings import state
+from mstx_marks.core.routing import state
 
 MODES = ("direct", "wrapper")
 
@@ -483,7 +483,7 @@ def test_is_available_raising_counts_as_no_device() -> None:
 
 def test_equal_stream_objects_share_one_gate(npu: Npu, mode: str) -> None:
     # torch_npu's current_stream() returns a new, equal Stream object on every call.
-    from mstx_marks import settings
+    from mstx_marks.core import routing as settings
 
     npu.use(mode)
     with npu.env.collect() as col:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from mstx_marks.cli import COMMANDS, main
+from mstx_marks.cli.main import COMMANDS, main
 
 
 def test_help_lists_every_command(capsys: pytest.CaptureFixture[str]) -> None:
@@ -44,7 +44,7 @@ def test_version_and_one_prog(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_every_option_has_help_text() -> None:
-    from mstx_marks.cli import _parser
+    from mstx_marks.cli.main import _parser
 
     parser = _parser()
     sub = next(a for a in parser._actions if a.dest == "command")
@@ -64,7 +64,7 @@ def test_a_closed_pipe_ends_quietly() -> None:
     # `python -m mstx_marks phases | head -1`: the reader leaves after one line.
     # The child writes far more than a pipe holds, so it must meet the closed pipe.
     child = (
-        "import sys; from mstx_marks.cli import main;"
+        "import sys; from mstx_marks.cli.main import main;"
         "sys.exit(max(main(['phases']) for _ in range(3000)))"
     )
     proc = subprocess.Popen(
@@ -94,5 +94,5 @@ def test_docstring_examples_pass_without_torch(tmp_path: Path) -> None:
         timeout=300,
     )
     assert proc.returncode == 0, proc.stdout[-2000:]
-    assert "SKIPPED [3] mstx_marks/profiler.py: this example builds a torch profiler" in proc.stdout
+    assert "SKIPPED [3] mstx_marks/profiling/profiler.py: this example builds a torch profiler" in proc.stdout
     assert " failed" not in proc.stdout

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 from support.recorded import rng
 
-from mstx_marks.cli import main
-from mstx_marks.coverage import EXPECTATIONS, check_coverage, expected_phases
+from mstx_marks.analysis.coverage import EXPECTATIONS, check_coverage, expected_phases
+from mstx_marks.base.records import RankTrace
+from mstx_marks.cli.main import main
 from mstx_marks.export import export_rank
-from mstx_marks.records import RankTrace
 
 
 def _write(tmp_path: Path, rank: int, names: list[str], role: str = "") -> None:

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from mstx_marks import demo
+from mstx_marks.analysis.summary import load_traces
+from mstx_marks.cli import demo
+from mstx_marks.cli.main import main as cli_main
 from mstx_marks.export import read_ascend_db, read_chrome_trace
-from mstx_marks.summary import load_traces, summary_cli
 
 pytest.importorskip("torch")
 
@@ -118,7 +119,7 @@ def test_symmetric_demo_has_balanced_steps(
     # up to 2 s before the other's and the step imbalance was 2.4 or more. The ranks meet in
     # collectives every step, so even on a loaded 2-core machine it stays near 1 (1.0-1.2 seen).
     out, _, _ = demo_run
-    assert summary_cli([str(out), "--json"]) == 0
+    assert cli_main(["summary", str(out), "--json"]) == 0
     phases = {p["name"]: p for p in json.loads(capsys.readouterr().out)["phases"]}
     assert set(phases["step"]["ranks"]) == {"0", "1"}
     assert phases["step"]["imbalance"] < 1.5, phases["step"]

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from support.torch_npu_double import install_double
 
-from mstx_marks.doctor import diagnose, verdict
-from mstx_marks.dynamic_profile import dynamic_profile_config
+from mstx_marks.cli.doctor import diagnose, verdict
+from mstx_marks.profiling.dynamic_profile import dynamic_profile_config
 
 
 def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -56,7 +56,7 @@ def test_each_reason_ranges_stop_is_named_first(
     _clean_env(monkeypatch)
     for k, v in variables.items():
         monkeypatch.setenv(k, v)
-    monkeypatch.setattr("mstx_marks.env._off", [])  # the switch is read once per process
+    monkeypatch.setattr("mstx_marks.base.env._off", [])  # the switch is read once per process
     line = verdict(diagnose())
     assert line.startswith(f"ranges would NOT reach the profiler: {reason}:"), line
 

@@ -15,7 +15,7 @@ import pytest
 from support import real_torch_npu
 from support.fake_mstx_c import capture_output
 
-from mstx_marks.dynamic_profile import (
+from mstx_marks.profiling.dynamic_profile import (
     CONFIG_NAME,
     check_dynamic_profile_config,
     dynamic_profile_config,

@@ -14,7 +14,7 @@ Ray, where it is deterministic (last test).
 
 Scenarios (``tests/engines/ray_actors.py``, in the rl venv):
 
-- ``hook``: ``worker_process_setup_hook="mstx_marks.activate.activate"`` and
+- ``hook``: ``worker_process_setup_hook="mstx_marks.activate"`` and
   ``MSTX_MARKS_OUT`` in ``env_vars``; two marked actors (RANK 0 and 1), one idle actor.
 - ``verl``: the documented verl form, ``env_vars`` only, no setup hook: ``import verl`` in an
   actor loads verl's ``verl.plugins`` entry point, which activates.

@@ -39,7 +39,7 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 def test_import_verl_activates_through_its_plugin_entry_point(report: dict[str, Any]) -> None:
     assert report["mstx_marks_before_import_verl"] == []
-    assert "mstx_marks.plugins" in report["mstx_marks_after_import_verl"]
+    assert "mstx_marks.launch.plugins" in report["mstx_marks_after_import_verl"]
     assert report["activated_in"] == report["pid"]
 
 

@@ -32,7 +32,7 @@ from support.engine_run import (
     venv_python,
 )
 
-from mstx_marks.records import RangeRecord, RankTrace
+from mstx_marks.base.records import RangeRecord, RankTrace
 
 LAUNCH_TIMEOUT_S = 300
 MODEL_STEP_KINDS = ("prefill_batch", "decode_batch", "mixed_batch")

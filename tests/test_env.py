@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import mstx_marks
-from mstx_marks import diagnostics, env
+from mstx_marks.base import diagnostics, env
 
 
 def _warnings() -> warnings.catch_warnings[list[warnings.WarningMessage]]:
@@ -135,7 +135,7 @@ def test_our_category_filters_all_of_them(monkeypatch: pytest.MonkeyPatch) -> No
 
 
 def test_the_instrument_variable_lists_every_preset() -> None:
-    from mstx_marks import presets
+    from mstx_marks.capture import presets
 
     (row,) = [v for v in env.VARIABLES if v.name == env.INSTRUMENT]
     listed = {w.strip() for w in row.values.removeprefix("comma-separated:").split(",")}

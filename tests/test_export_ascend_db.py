@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from support.npu_stand_in import msprof_analyze as _msprof_analyze
 from support.recorded import PID, T0, TID, recorded_rank, records, rng, synthetic_rank
 
+from mstx_marks.base.records import RangeRecord, Record
 from mstx_marks.export import (
     RankTrace,
     TraceFileError,
@@ -25,7 +26,6 @@ from mstx_marks.export import (
     read_ascend_db,
     write_ascend_db,
 )
-from mstx_marks.records import RangeRecord, Record
 
 
 def _rows(db: Path, query: str) -> list[tuple[object, ...]]:
@@ -250,7 +250,7 @@ def test_metadata_tables_of_a_real_capture(tmp_path: Path) -> None:
 
 
 def test_dp_analysis_marks_are_marker_events_and_read_back(tmp_path: Path) -> None:
-    from mstx_marks.records import InstantRecord
+    from mstx_marks.base.records import InstantRecord
 
     recs: list[Record] = [
         InstantRecord("{}", "step_process", T0, TID, PID),

@@ -9,9 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from support.recorded import T0, records, rng, synthetic_rank
 
+from mstx_marks.base.records import InstantRecord, RangeRecord, Record
 from mstx_marks.export import RankTrace, TraceFileError, read_chrome_trace, write_chrome_trace
 from mstx_marks.export.chrome import chrome_trace
-from mstx_marks.records import InstantRecord, RangeRecord, Record
 
 
 def test_events_follow_the_trace_event_format() -> None:
@@ -155,8 +155,8 @@ def test_json_nested_too_deeply_is_an_error_naming_the_file(tmp_path: Path) -> N
 def test_the_streamed_file_is_the_document_chrome_trace_builds(tmp_path: Path) -> None:
     import json
 
+    from mstx_marks.base.records import InstantRecord, RangeRecord, RankTrace
     from mstx_marks.export.chrome import chrome_trace, dumps, write_chrome_trace
-    from mstx_marks.records import InstantRecord, RangeRecord, RankTrace
 
     recs = [
         RangeRecord('gen é"x', "verl", 1_000_000_123_456, 1_000_000_987_654, 7, 42),

@@ -67,7 +67,7 @@ class Flaky(Backend):
 
 
 def _later_always() -> None:
-    from mstx_marks.settings import state
+    from mstx_marks.core.routing import state
 
     state().health.clock = lambda: float("inf")  # every back-off has passed: retry at once
 
@@ -143,7 +143,7 @@ def test_the_recorder_against_a_model(ops: list[tuple[str, Any]]) -> None:
             elif rid not in model:
                 rec.range_end(rid, "d")  # an id from before a clear: must change nothing
         elif op == "instant":
-            rec.mark(arg, "d")
+            rec.instant(arg, "d")
             instants.append(arg)
         elif op == "drain":
             drained += [(r.kind, r.name) for r in rec.drain(cursor, arg)]

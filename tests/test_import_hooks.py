@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import mstx_marks
-from mstx_marks.import_hooks import when_imported
+from mstx_marks.base.import_hooks import when_imported
 
 
 @pytest.fixture

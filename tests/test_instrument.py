@@ -15,8 +15,9 @@ from support.stand_ins import fake_module
 from support.threads import run_threads
 
 import mstx_marks
-from mstx_marks import first, phases
-from mstx_marks.instrument import Instrumented, instrument
+from mstx_marks import first
+from mstx_marks.base import phases
+from mstx_marks.capture.instrument import Instrumented, instrument
 
 Snapshot = list[tuple[str, Any]]
 

@@ -11,7 +11,7 @@ import textwrap
 from pathlib import Path
 
 from mstx_marks.export.spill import read_spill
-from mstx_marks.launcher import STARTUP_DIR, launch_env
+from mstx_marks.launch.launcher import STARTUP_DIR, launch_env
 
 SCRIPT = """
 import multiprocessing as mp

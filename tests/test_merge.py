@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 from support.recorded import recorded_rank, synthetic_rank, two_overlapping_tasks
 
+from mstx_marks.analysis.merge import STEP_CATEGORY, merged_chrome_trace, nesting_tracks
+from mstx_marks.analysis.summary import load_traces
+from mstx_marks.base.records import RangeRecord
+from mstx_marks.cli.main import main as cli_main
 from mstx_marks.export import RankTrace, export_rank, read_chrome_trace
-from mstx_marks.merge import STEP_CATEGORY, merged_chrome_trace, nesting_tracks
-from mstx_marks.records import RangeRecord
-from mstx_marks.summary import load_traces, summary_cli
 
 
 def _two_tasks() -> RankTrace:
@@ -76,7 +77,7 @@ def test_summary_writes_the_merged_trace_and_reads_it_as_a_duplicate(
     for rank in range(2):
         export_rank(tmp_path, synthetic_rank(rank))
     job = tmp_path / "job.trace.json"
-    assert summary_cli([str(tmp_path), "--trace", str(job)]) == 0
+    assert cli_main(["summary", str(tmp_path), "--trace", str(job)]) == 0
     assert f"trace: {job}" in capsys.readouterr().err
     traces, errors, notes = load_traces(tmp_path)  # now in the tree too: a silent duplicate
     assert errors == [] and notes == [] and [t.rank for t in traces] == [0, 1]

@@ -16,9 +16,9 @@ from support.npu_stand_in import add_operators, run_recipe  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 from mstx_marks import configure, default_recorder, every  # noqa: E402
+from mstx_marks.base.records import RangeRecord  # noqa: E402
+from mstx_marks.capture.nn_modules import BACKWARD_DOMAIN, MODULE_DOMAIN, instrument_modules  # noqa: E402
 from mstx_marks.export import RankTrace, export_rank  # noqa: E402
-from mstx_marks.modules import BACKWARD_DOMAIN, MODULE_DOMAIN, instrument_modules  # noqa: E402
-from mstx_marks.records import RangeRecord  # noqa: E402
 
 nn = torch.nn
 
@@ -191,12 +191,12 @@ def test_bad_arguments_are_errors_at_definition(kwargs: dict[str, Any], error: t
 def test_a_failing_hook_never_breaks_the_forward(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import mstx_marks.modules as modules
+    from mstx_marks.core.ranges import Mark
 
-    def broken(*args: Any) -> Any:
+    def broken(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("backend down")
 
-    monkeypatch.setattr(modules, "_begin", broken)
+    monkeypatch.setattr(Mark, "start", broken)
     net = Net()
     expected = net(torch.ones(1, 8))
     with instrument_modules(net, depth=2), warnings.catch_warnings():
@@ -303,7 +303,7 @@ def test_the_module_presets_hook_the_model_their_loader_built(
     import sys
     import types
 
-    from mstx_marks import presets
+    from mstx_marks.capture import presets
 
     # Stand-ins with the real attribute paths: vLLM's GPUModelRunner.load_model sets
     # self.model; verl's ActorRolloutRefWorker.init_model builds self.actor.engine.module.

@@ -16,8 +16,8 @@ _PROGRAM = textwrap.dedent(
     import json, sys
     import mstx_marks
     from mstx_marks import configure, default_recorder, instant, mark, mstx_range
-    from mstx_marks.instrument import instrument
-    from mstx_marks.off import NULL_MARK
+    from mstx_marks.capture.instrument import instrument
+    from mstx_marks.core.off import NOOP_MARK
 
     def f(x):
         return x + 1
@@ -40,7 +40,7 @@ _PROGRAM = textwrap.dedent(
     handle = instrument(Engine, "step")
     print(json.dumps({
         "same_function": deco is f and bare is f,
-        "shared_noop": m1 is NULL_MARK and m2 is NULL_MARK,
+        "shared_noop": m1 is NOOP_MARK and m2 is NOOP_MARK,
         "timing": sorted(timing),
         "recorded": len(default_recorder().records()),
         "patched": list(handle.patched),
@@ -86,7 +86,11 @@ def test_the_off_switch_says_once_what_it_ignores(tmp_path: object) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MSTX_MARKS_")}
     env |= {"MSTX_MARKS_OFF": "1", "MSTX_MARKS_OUT": str(tmp_path), "MSTX_MARKS_INSTRUMENT": "vllm"}
     proc = subprocess.run(
-        [sys.executable, "-c", "import mstx_marks.activate as a; a.activate(); a.activate()"],
+        [
+            sys.executable,
+            "-c",
+            "import mstx_marks.launch.activate as a; a.activate(); a.activate()",
+        ],
         capture_output=True,
         text=True,
         env=env,

@@ -20,7 +20,7 @@ from mstx_marks.export.spill import read_spill
 
 PRELUDE = """
 import os, sys, time
-from mstx_marks.activate import activate
+from mstx_marks.launch.activate import activate
 activate()
 from mstx_marks import mark
 """
@@ -101,7 +101,7 @@ def test_sigterm_keeps_the_open_range_flagged_and_writes_the_exports(tmp_path: P
     assert (trace.rank, trace.role) == (3, "trainer")
     by_name = {r.name: r for r in trace.ranges}
     assert by_name["step"].open and not by_name["done"].open
-    (chrome,) = (tmp_path / "chrome").glob("rank3-*.trace.json")
+    (chrome,) = (tmp_path / "chrome").glob("trainer-rank3-*.trace.json")  # role, then rank
     events = json.loads(chrome.read_text())["traceEvents"]
     step = next(e for e in events if e.get("name") == "step")
     assert step["args"]["open"] is True
@@ -143,7 +143,7 @@ def test_a_process_that_records_nothing_writes_nothing(tmp_path: Path) -> None:
 
 def test_no_variable_no_effect(tmp_path: Path) -> None:
     code = (
-        "import sys, mstx_marks.plugins, mstx_marks.settings as s\n"
+        "import sys, mstx_marks.launch.plugins, mstx_marks.core.routing as s\n"
         "print(s._settings.resolved, 'mstx_marks.export.out' in sys.modules)"
     )
     clean = {k: v for k, v in os.environ.items() if not k.startswith("MSTX_MARKS_")}
@@ -172,7 +172,7 @@ def test_a_torn_last_line_is_skipped(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("garbage", [b"", b"not json\n", b'{"other": 1}\n'])
 def test_a_file_that_is_not_a_spill_is_named(tmp_path: Path, garbage: bytes) -> None:
-    from mstx_marks.records import TraceFileError
+    from mstx_marks.base.records import TraceFileError
 
     bad = tmp_path / "x.jsonl"
     bad.write_bytes(garbage)

@@ -9,8 +9,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import mstx_marks
-from mstx_marks import mark, mstx_range, phases
-from mstx_marks.phases import Phase
+from mstx_marks import mark, mstx_range
+from mstx_marks.base import phases
+from mstx_marks.base.phases import Phase
+from mstx_marks.cli.main import main as cli_main
 
 # REFERENCE §4, row by row, as the frameworks emit the names (typed here, not parsed at run
 # time), each with the canonical phase it must resolve to.
@@ -259,14 +261,15 @@ def test_table_lists_every_phase_with_domain_framework_and_aliases() -> None:
 
 
 def test_cli_prints_the_table(capsys: pytest.CaptureFixture[str]) -> None:
-    assert phases.phases_cli([]) == 0
+    assert cli_main(["phases"]) == 0
     assert capsys.readouterr().out.strip() == phases.phases_table()
-    assert phases.phases_cli(["--bogus"]) == 2  # argparse's exit ends in cli.main, not here
+    assert cli_main(["phases", "--bogus"]) == 2  # argparse's exit ends in cli.main, not here
     assert "unrecognized arguments: --bogus" in capsys.readouterr().err
 
 
 def test_indexed_phases_are_memoized_so_mark_caches_one_site_each() -> None:
-    from mstx_marks import mark, ranges
+    from mstx_marks import mark
+    from mstx_marks.core import ranges
 
     assert phases.MICRO_BATCH.at(3) is phases.MICRO_BATCH.at(3)
     before = len(ranges._cached.get(None, {}))

@@ -16,11 +16,11 @@ import pytest
 from support.stand_ins import fake_module
 
 import mstx_marks
-from mstx_marks import presets
-from mstx_marks.activate import parse_instrument, parse_samples
-from mstx_marks.presets import Options
-from mstx_marks.presets.verl import inside_annotation
-from mstx_marks.presets.vllm import batch_kind
+from mstx_marks.capture import presets
+from mstx_marks.capture.presets.target import Options
+from mstx_marks.capture.presets.verl import inside_annotation
+from mstx_marks.capture.presets.vllm import batch_kind
+from mstx_marks.launch.activate import parse_instrument, parse_samples
 
 # --- a stand-in of verl 0.9.1's decorators (verl/utils/profiler/profile.py:333-379 and
 # single_controller/base/decorator.py:398-443): register(DistProfiler.annotate(f)) ------------
@@ -286,7 +286,7 @@ def _disarm() -> Iterator[None]:
     yield
     presets._armed.clear()
     presets._armed.update(armed)
-    from mstx_marks import import_hooks
+    from mstx_marks.base import import_hooks
 
     import_hooks._pending.clear()
 
@@ -323,7 +323,7 @@ def test_vllm_engine_steps_30_to_69_of_200_and_undo_restores(
 ) -> None:
     fake_module(monkeypatch, "vllm.v1.engine.core", EngineCore=EngineCore)
     before = dict(vars(EngineCore))
-    report = mstx_marks.instrument.instrument_vllm(sample=mstx_marks.window(30, 70))
+    report = presets.apply("vllm", sample=mstx_marks.window(30, 70))
     assert report.patched == ("vllm.v1.engine.core:EngineCore.step",)
     engine = EngineCore(200)
     outputs = [engine.step() for _ in range(201)]
@@ -355,10 +355,10 @@ def test_verl_legacy_workers_are_wrapped_and_the_rest_reported(
         monkeypatch, "verl.workers.fsdp_workers", ActorRolloutRefWorker=ActorRolloutRefWorker
     )
     before = dict(vars(ActorRolloutRefWorker))
-    with mstx_marks.instrument.instrument_verl() as report:
+    with presets.apply("verl") as report:
         assert ActorRolloutRefWorker().generate_sequences([1, 2]) == [2, 3]
         ActorRolloutRefWorker().update_actor(0)
-        assert mstx_marks.instrument.instrument_verl().patched == ()  # never wrapped twice
+        assert presets.apply("verl").patched == ()  # never wrapped twice
     assert report.patched == (
         "verl.workers.fsdp_workers:ActorRolloutRefWorker.generate_sequences",
         "verl.workers.fsdp_workers:ActorRolloutRefWorker.update_actor",
@@ -392,7 +392,7 @@ def test_sglang_forward_by_batch_kind(
             return forward_batch.forward_mode.kind
 
     fake_module(monkeypatch, "sglang.srt.model_executor.model_runner", ModelRunner=ModelRunner)
-    with mstx_marks.instrument.instrument_sglang():
+    with presets.apply("sglang"):
         kinds = [ModelRunner().forward(Batch(k)) for k in ("extend", "decode", "idle", "decode")]
     assert kinds == ["extend", "decode", "idle", "decode"]
     assert [(r.name, r.domain) for r in recorder.records()] == [
@@ -403,7 +403,7 @@ def test_sglang_forward_by_batch_kind(
 
 
 def test_every_target_names_a_registered_phase_and_a_real_path() -> None:
-    from mstx_marks import phases
+    from mstx_marks.base import phases
 
     assert {t.framework for t in presets.TARGETS} == set(presets.FRAMEWORKS)
     for t in presets.TARGETS:

@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from support.fake_mstx_c import capture_output
 from support.real_torch_npu import load_real_experimental_config
 
-from mstx_marks import profiler as mp
-from mstx_marks.profiler import (
+from mstx_marks.profiling import profiler as mp
+from mstx_marks.profiling.profiler import (
     AIC_METRICS,
     build_profiler,
     capture_steps,

@@ -675,7 +675,7 @@ def test_decorated_function_called_concurrently_from_tasks(tape: Tape) -> None:
 
 
 def test_configure_reaches_functions_decorated_before(tape: Tape) -> None:
-    mstx_marks.settings.reset()  # as at import: nothing resolved yet
+    mstx_marks.core.routing.reset()  # as at import: nothing resolved yet
 
     @mstx_range("early", domain="verl")
     def early() -> int:
@@ -905,7 +905,7 @@ def test_backend_failure_in_instant_warns_once() -> None:
 def test_failure_of_the_first_call_after_reset_is_reported() -> None:
     """Settings resolve at first use; a fault in that very first call must still warn."""
     backend = Failing(("start",))
-    mstx_marks.settings._settings.explicit["backend"] = backend  # as if chosen by env
+    mstx_marks.core.routing._settings.explicit["backend"] = backend  # as if chosen by env
 
     @mstx_range("first")
     def f() -> int:
@@ -1047,7 +1047,7 @@ def test_a_backend_saying_not_recorded_with_none_keeps_entries_paired() -> None:
 def test_timing_adds_the_seconds_and_the_range_even_when_the_block_raises(
     recorder: mstx_marks.Recorder,
 ) -> None:
-    from mstx_marks.verl import marked_timer
+    from mstx_marks import marked_timer
 
     timing_raw = {"gen": 1.0}
     with pytest.raises(ZeroDivisionError), mark("gen", timing=timing_raw):

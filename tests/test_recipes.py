@@ -1,5 +1,5 @@
-"""Profiler recipes (mstx_marks.recipes): real torch.profiler traces over stand-in framework
-classes, the post-import wait, ref/actor, MSTX_MARKS_CAPTURE parsing, and (when its venv
+"""Profiler recipes (mstx_marks.profiling.recipes): real torch.profiler traces over stand-in
+framework classes, the post-import wait, ref/actor, MSTX_MARKS_CAPTURE parsing, and (when its venv
 exists) the real verl.
 
 The stand-ins are test-made classes registered in ``sys.modules`` under the real frameworks'
@@ -25,7 +25,8 @@ from typing import Any
 import pytest
 
 import mstx_marks
-from mstx_marks import MstxMarksWarning, recipes
+from mstx_marks import MstxMarksWarning
+from mstx_marks.profiling import recipes
 
 torch = pytest.importorskip("torch")
 
@@ -401,7 +402,7 @@ def test_a_profiler_that_fails_to_build_warns_once_and_disarms(
     def broken(**kwargs: Any) -> Any:
         raise RuntimeError("no profiler here")
 
-    monkeypatch.setattr(mstx_marks.profiler, "build_profiler", broken)
+    monkeypatch.setattr(mstx_marks.profiling.profiler, "build_profiler", broken)
     Worker = make_vllm_worker()
     stand_in(monkeypatch, GPU_WORKER, Worker=Worker)
     original = vars(Worker)["execute_model"]
@@ -437,7 +438,7 @@ def test_a_profiler_that_fails_to_step_is_stopped_and_the_call_still_returns(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, warned: Any
 ) -> None:
     fake = StepFails()
-    monkeypatch.setattr(mstx_marks.profiler, "build_profiler", lambda **kw: fake)
+    monkeypatch.setattr(mstx_marks.profiling.profiler, "build_profiler", lambda **kw: fake)
     Worker = make_vllm_worker()
     stand_in(monkeypatch, GPU_WORKER, Worker=Worker)
     original = vars(Worker)["execute_model"]
@@ -458,7 +459,7 @@ def test_the_profiler_gets_the_recipe_options(
         seen.update(kwargs)
         return StepFails()
 
-    monkeypatch.setattr(mstx_marks.profiler, "build_profiler", record)
+    monkeypatch.setattr(mstx_marks.profiling.profiler, "build_profiler", record)
     monkeypatch.setenv("MSTX_MARKS_ROLE", "rollout")
     stand_in(monkeypatch, GPU_WORKER, Worker=make_vllm_worker())
     cap = recipes.capture(
@@ -584,7 +585,7 @@ def test_one_bad_entry_leaves_the_others_armed(warned: Any) -> None:
 
 
 def test_activation_from_the_environment_arms_the_recipes(monkeypatch: pytest.MonkeyPatch) -> None:
-    from mstx_marks import activate
+    from mstx_marks.launch import activate
 
     monkeypatch.setattr(activate, "_done_in", None)
     monkeypatch.setenv("MSTX_MARKS_CAPTURE", "update_micro_batch:wait=2,active=4")
@@ -620,7 +621,8 @@ def test_recipes_table_lists_every_recipe_target_and_hand_edit() -> None:
 
 REAL_VERL_SCRIPT = r"""
 import json, os, sys, warnings
-from mstx_marks import MstxMarksWarning, recipes
+from mstx_marks import MstxMarksWarning
+from mstx_marks.profiling import recipes
 
 out = sys.argv[1]
 result = {}
@@ -717,7 +719,7 @@ def test_real_verl_fsdp_forward_step_is_wrapped(real_verl: dict[str, Any]) -> No
 
 REAL_VLLM_SCRIPT = r"""
 import json, sys
-from mstx_marks import recipes
+from mstx_marks.profiling import recipes
 
 handle = recipes.capture("rollout_decode", active=1, out=sys.argv[1])
 assert "vllm.v1.worker.gpu_worker" not in sys.modules

@@ -27,7 +27,8 @@ torch = pytest.importorskip("torch")
 
 from support.npu_stand_in import add_mstx_tasks, msprof_analyze, run_recipe  # noqa: E402
 
-from mstx_marks import configure, default_recorder, mark, presets  # noqa: E402
+from mstx_marks import configure, default_recorder, mark  # noqa: E402
+from mstx_marks.capture import presets  # noqa: E402
 from mstx_marks.export import (  # noqa: E402
     RankTrace,
     ascend_db,

@@ -15,10 +15,11 @@ from pathlib import Path
 import pytest
 from support.recorded import PID, T0, TID, rng, synthetic_rank
 
+from mstx_marks.analysis.report_html import MIN_BAR_PX, render_html, report_data
+from mstx_marks.analysis.summary import summarize
+from mstx_marks.base.records import RangeRecord
+from mstx_marks.cli.main import main as cli_main
 from mstx_marks.export import RankTrace, export_rank
-from mstx_marks.records import RangeRecord
-from mstx_marks.report_html import MIN_BAR_PX, render_html, report_data
-from mstx_marks.summary import summarize, summary_cli
 
 
 def _chromium() -> str:
@@ -128,7 +129,7 @@ def test_the_report_renders_in_headless_chromium(
     for t in _traces():
         export_rank(tmp_path / "run", t)
     report = tmp_path / "report.html"
-    assert summary_cli([str(tmp_path / "run"), "--html", str(report)]) == 0
+    assert cli_main(["summary", str(tmp_path / "run"), "--html", str(report)]) == 0
     assert f"html: {report}" in capsys.readouterr().err
     flags = ["--headless", "--disable-gpu", "--no-sandbox", "--hide-scrollbars",
              "--window-size=1400,900", "--virtual-time-budget=3000"]  # fmt: skip

@@ -12,8 +12,9 @@ from hypothesis import strategies as st
 from support.threads import run_threads
 
 import mstx_marks
-from mstx_marks import configure, every, first, instant, mark, mstx_range, sampling, window
-from mstx_marks.sampling import Policy
+from mstx_marks import configure, every, first, instant, mark, mstx_range, window
+from mstx_marks.core import sampling
+from mstx_marks.core.sampling import Policy
 
 # --- policies as sets of indices ----------------------------------------------------------------
 

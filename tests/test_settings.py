@@ -14,7 +14,8 @@ import pytest
 from conftest import Tape, caught
 
 import mstx_marks
-from mstx_marks import backends, configure, current_backend, is_active, mark, settings
+from mstx_marks import backends, configure, current_backend, is_active, mark
+from mstx_marks.core import routing as settings
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -12,6 +12,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from support.recorded import T0, records, rng, synthetic_rank
 
+from mstx_marks.analysis.summary import (
+    fold_name,
+    format_json,
+    format_table,
+    load_traces,
+    summarize,
+)
+from mstx_marks.base.records import Member, RangeRecord, Record
+from mstx_marks.cli.main import main as cli_main
 from mstx_marks.export import (
     RankTrace,
     chrome_trace_path,
@@ -19,22 +28,17 @@ from mstx_marks.export import (
     write_ascend_db,
     write_chrome_trace,
 )
-from mstx_marks.records import RangeRecord, Record
-from mstx_marks.summary import (
-    fold_name,
-    format_json,
-    format_table,
-    load_traces,
-    summarize,
-    summary_cli,
-)
+
+
+def M(rank: int, role: str = "") -> Member:
+    return Member(role, rank)
 
 
 def test_stats_per_rank_and_across_ranks() -> None:
     traces = [synthetic_rank(0, steps=3, tokens=4), synthetic_rank(1, steps=3, tokens=4, slow=300)]
     s = summarize(traces, fold=str)
     assert [p.name for p in s.phases] == ["step", "gen", "vllm_one_step", "update_actor"]
-    assert s.step_time_ns == {0: 3000, 1: 3900} and s.step_count == {0: 3, 1: 3}
+    assert s.step_time_ns == {M(0): 3000, M(1): 3900} and s.step_count == {M(0): 3, M(1): 3}
     upd = s.phases[3]
     assert upd.per_rank[0].count == 3 and upd.per_rank[0].total_ns == 3 * 290
     assert upd.per_rank[1].max_ns == 590 and upd.overall.count == 6
@@ -110,31 +114,31 @@ def test_cli_table_csv_json_and_exit_codes(
 ) -> None:
     for rank in range(2):
         export_rank(tmp_path, synthetic_rank(rank, slow=50 * rank))
-    assert summary_cli([str(tmp_path)]) == 0
+    assert cli_main(["summary", str(tmp_path)]) == 0
     table = capsys.readouterr().out
     assert "update_actor" in table and "(rank 1)" in table and "2 rank(s)" in table
 
-    assert summary_cli([str(tmp_path), "--csv"]) == 0
+    assert cli_main(["summary", str(tmp_path), "--csv"]) == 0
     rows = capsys.readouterr().out.splitlines()
     assert rows[0].startswith("phase,rank,count,total_ns")
     assert len(rows) == 1 + 4 * 3  # four phases: an "all" row and two ranks each
 
     svg = tmp_path / "t.svg"
-    assert summary_cli([str(tmp_path), "--json", "--svg", str(svg)]) == 0
+    assert cli_main(["summary", str(tmp_path), "--json", "--svg", str(svg)]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["phases"][0]["name"] == "step" and set(doc["ranks"]) == {"0", "1"}
     assert svg.read_text().startswith("<svg")
 
     (tmp_path / "broken.trace.json").write_text("{")
-    assert summary_cli([str(tmp_path)]) == 1
+    assert cli_main(["summary", str(tmp_path)]) == 1
     out, err = capsys.readouterr()
     assert "broken.trace.json" in err and "update_actor" in out  # the rest still summarised
 
     empty = tmp_path / "empty"
     empty.mkdir()
-    assert summary_cli([str(empty)]) == 1
+    assert cli_main(["summary", str(empty)]) == 1
     assert "no traces found" in capsys.readouterr().err
-    assert summary_cli([os.fspath(tmp_path / "missing")]) == 1
+    assert cli_main(["summary", os.fspath(tmp_path / "missing")]) == 1
     assert "no such file" in capsys.readouterr().err
 
 
@@ -148,7 +152,7 @@ def test_a_rank_in_a_database_and_an_equal_chrome_trace_needs_no_note(
     for rank in range(2):
         export_rank(tmp_path, synthetic_rank(rank))  # the database and the Chrome trace agree
     write_chrome_trace(tmp_path / "trace.json", [synthetic_rank(0), synthetic_rank(1)])
-    assert summary_cli([str(tmp_path)]) == 0
+    assert cli_main(["summary", str(tmp_path)]) == 0
     out, err = capsys.readouterr()
     assert "2 rank(s)" in out and _notes(err) == []
 
@@ -160,7 +164,7 @@ def test_ranks_whose_files_disagree_get_one_note_in_all(
         export_rank(tmp_path, synthetic_rank(rank, steps=3))
     for rank in (0, 2):  # these two ranks' Chrome traces now hold one more step
         write_chrome_trace(chrome_trace_path(tmp_path, rank), [synthetic_rank(rank, steps=4)])
-    assert summary_cli([str(tmp_path), "--json"]) == 0
+    assert cli_main(["summary", str(tmp_path), "--json"]) == 0
     out, err = capsys.readouterr()
     (note,) = _notes(err)
     assert "2 ranks (0, 2)" in note and "using the databases" in note
@@ -185,7 +189,7 @@ def test_svg_into_a_missing_folder_fails_first_and_creates_nothing(
 ) -> None:
     export_rank(tmp_path, synthetic_rank(0))
     missing = tmp_path / "no" / "such"
-    assert summary_cli([str(tmp_path), "--svg", str(missing / "t.svg")]) == 2
+    assert cli_main(["summary", str(tmp_path), "--svg", str(missing / "t.svg")]) == 2
     out, err = capsys.readouterr()
     assert out == ""  # it stopped before reading or summarising anything
     assert f"the folder {missing} does not exist" in err
@@ -193,7 +197,7 @@ def test_svg_into_a_missing_folder_fails_first_and_creates_nothing(
 
     a_file = tmp_path / "plain.txt"
     a_file.write_text("")
-    assert summary_cli([str(tmp_path), "--svg", str(a_file / "t.svg")]) == 2
+    assert cli_main(["summary", str(tmp_path), "--svg", str(a_file / "t.svg")]) == 2
     assert f"the folder {a_file} is not a folder" in capsys.readouterr().err
 
     # From the command line: exit code 2, one clear line, no traceback.
@@ -231,7 +235,7 @@ def test_spills_are_read_and_processes_of_one_rank_are_summed(tmp_path: Path) ->
 
 
 def _part_key(part: object) -> object:
-    from mstx_marks.aggregate import ProcessPart
+    from mstx_marks.analysis.aggregate import ProcessPart
 
     assert isinstance(part, ProcessPart)
     phases = {
@@ -247,10 +251,10 @@ def _part_key(part: object) -> object:
 def test_a_database_summarised_in_sql_equals_its_records_summarised(
     tmp_path_factory: pytest.TempPathFactory, recs: list[Record], named: bool
 ) -> None:
-    from mstx_marks.aggregate import aggregate_trace
+    from mstx_marks.analysis.aggregate import aggregate_trace
+    from mstx_marks.analysis.readers.ascend_sql import aggregate_db
+    from mstx_marks.analysis.steps import StepOptions
     from mstx_marks.export import read_ascend_db
-    from mstx_marks.readers.ascend_sql import aggregate_db
-    from mstx_marks.steps import StepOptions
 
     path = tmp_path_factory.mktemp("db") / "ascend_pytorch_profiler_4.db"
     write_ascend_db(path, RankTrace(4, recs))
@@ -263,7 +267,7 @@ def test_a_database_summarised_in_sql_equals_its_records_summarised(
 def test_streamed_in_parallel_equals_read_in_memory(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from mstx_marks.summary import summarize_path
+    from mstx_marks.analysis.summary import summarize_path
 
     for rank in range(6):
         export_rank(tmp_path, synthetic_rank(rank, steps=2 + rank % 2, slow=40 * rank))
@@ -280,8 +284,8 @@ def test_streamed_in_parallel_equals_read_in_memory(
 def test_cross_rank_percentiles_are_exact_or_within_the_sketch_bound(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from mstx_marks import aggregate
-    from mstx_marks.sketch import RELATIVE_ERROR, percentile
+    from mstx_marks.analysis import aggregate
+    from mstx_marks.analysis.quantiles import RELATIVE_ERROR, percentile
 
     traces = []
     for rank in range(4):
@@ -308,8 +312,8 @@ def test_cross_rank_percentiles_are_exact_or_within_the_sketch_bound(
 
 
 def test_ranks_of_several_processes_are_summed_exactly_when_streamed(tmp_path: Path) -> None:
+    from mstx_marks.analysis.summary import summarize_path
     from mstx_marks.export.spill import read_spill
-    from mstx_marks.summary import summarize_path
 
     test_spills_are_read_and_processes_of_one_rank_are_summed(tmp_path)
     streamed = summarize_path(tmp_path, jobs=2)
@@ -358,7 +362,7 @@ def test_a_folder_that_cannot_be_read_is_an_error(
         return real(path)  # type: ignore[arg-type]
 
     monkeypatch.setattr(os, "scandir", scandir)
-    assert summary_cli([str(tmp_path), "--jobs", "1"]) == 1
+    assert cli_main(["summary", str(tmp_path), "--jobs", "1"]) == 1
     out, err = capsys.readouterr()
     assert f"error: {locked}: the folder cannot be read (Permission denied)" in err
     assert "update_actor" in out  # the rest is summarised
@@ -369,8 +373,8 @@ def test_control_characters_in_names_are_escaped_in_the_table(
 ) -> None:
     trace = RankTrace(0, [rng("step", 0, 100), rng("gen\x1b[2J\r\x00", 0, 50)])
     write_chrome_trace(tmp_path / "r.trace.json", [trace])
-    assert summary_cli([str(tmp_path)]) == 0
+    assert cli_main(["summary", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "gen\\x1b[2J\\r\\x00" in out and "\x1b" not in out and "\r" not in out
-    assert summary_cli([str(tmp_path), "--json"]) == 0
+    assert cli_main(["summary", str(tmp_path), "--json"]) == 0
     assert "gen\x1b[2J\r\x00" in {p["name"] for p in json.loads(capsys.readouterr().out)["phases"]}

@@ -12,12 +12,17 @@ from pathlib import Path
 import pytest
 from support.recorded import PID, T0, TID, rng, synthetic_rank
 
+from mstx_marks.analysis.readers import find_trace_files, read_trace_file
+from mstx_marks.analysis.steps import StepOptions
+from mstx_marks.analysis.summary import load_traces, summarize_path
+from mstx_marks.analysis.timeline import render_svg
+from mstx_marks.base.records import InstantRecord, Member, RangeRecord
+from mstx_marks.cli.main import main as cli_main
 from mstx_marks.export import RankTrace, export_rank, write_ascend_db, write_chrome_trace
-from mstx_marks.readers import find_trace_files, read_trace_file
-from mstx_marks.records import InstantRecord, RangeRecord
-from mstx_marks.steps import StepOptions
-from mstx_marks.summary import load_traces, summarize_path, summary_cli
-from mstx_marks.timeline import render_svg
+
+
+def M(rank: int, role: str = "") -> Member:
+    return Member(role, rank)
 
 
 def _torch_profile(out: Path, steps: int = 3) -> Path:
@@ -54,14 +59,14 @@ def test_a_real_torch_profiler_trace_is_read_with_its_steps(tmp_path: Path) -> N
     assert min(r.start_ns for r in trace.ranges) > 10**18  # on the wall clock
     assert trace.ranges[0].pid == os.getpid()
     summary = summarize_path(tmp_path, jobs=1)
-    assert summary.errors == [] and summary.step_count == {0: 3}
+    assert summary.errors == [] and summary.step_count == {M(0): 3}
     keys = [str(r.args["step"]) for r in steps if r.args]
-    assert summary.step_keys[0] == keys and keys[0] != "1"  # the profiler's own step numbers
+    assert summary.step_keys[M(0)] == keys and keys[0] != "1"  # the profiler's own step numbers
     fwd = next(p for p in summary.phases if p.name == "forward")
     assert fwd.overall.count == 3
     # A user-named step phase instead: its three ranges are the steps.
     named = summarize_path(tmp_path, StepOptions("train_step"), jobs=1)
-    assert named.step_count == {0: 3} and named.step_keys[0] == []  # numbered 1, 2, 3
+    assert named.step_count == {M(0): 3} and named.step_keys[M(0)] == []  # numbered 1, 2, 3
     # gzip-compressed, as tensorboard_trace_handler(use_gzip=True) writes it
     gz = tmp_path / "gz" / "w.pt.trace.json.gz"
     gz.parent.mkdir()
@@ -104,7 +109,7 @@ def test_torch_npu_text_layout_is_read(tmp_path: Path) -> None:
     assert by_name["generate_sequences"].start_ns == T0 + 10  # every nanosecond of the string
     assert by_name["generate_sequences"].duration_ns == 500
     summary = summarize_path(tmp_path, jobs=1)
-    assert summary.step_keys == {5: ["7"]} and summary.step_time_ns == {5: 1_000_000}
+    assert summary.step_keys == {M(5): ["7"]} and summary.step_time_ns == {M(5): 1_000_000}
 
 
 def test_any_chrome_trace_and_the_demos_plain_trace_json(tmp_path: Path) -> None:
@@ -150,7 +155,7 @@ def test_a_tree_mixing_every_kind(tmp_path: Path, capsys: pytest.CaptureFixture[
         )
     )
     (tmp_path / "junk.trace.json").write_text("{")
-    code = summary_cli([str(tmp_path), "--json", "--jobs", "1"])
+    code = cli_main(["summary", str(tmp_path), "--json", "--jobs", "1"])
     out, err = capsys.readouterr()
     assert code == 1  # the junk file is an error, named, and the rest is summarised
     assert "junk.trace.json: is not valid JSON" in err
@@ -195,9 +200,9 @@ def test_step_key_groups_ranges_into_steps(tmp_path: Path) -> None:
     trace = RankTrace(0, [rollout(0, 10, 1), rollout(5, 20, 1), rollout(30, 40, 2)])
     write_chrome_trace(tmp_path / "r.trace.json", [trace])
     s = summarize_path(tmp_path, StepOptions("rollout", "rid"), jobs=1)
-    assert s.step_keys == {0: []} and s.step_time_ns == {0: 20 + 10}  # rid 1, 2: in order
+    assert s.step_keys == {M(0): []} and s.step_time_ns == {M(0): 20 + 10}  # rid 1, 2: in order
     trace.records.append(rollout(50, 55, 9))
     write_chrome_trace(tmp_path / "r.trace.json", [trace])
     s = summarize_path(tmp_path, StepOptions("rollout", "rid"), jobs=1)
-    assert s.step_keys == {0: ["1", "2", "9"]} and s.step_count == {0: 3}
-    assert summary_cli([str(tmp_path), "--step-name", "rollout", "--step-key", "rid"]) == 0
+    assert s.step_keys == {M(0): ["1", "2", "9"]} and s.step_count == {M(0): 3}
+    assert cli_main(["summary", str(tmp_path), "--step-name", "rollout", "--step-key", "rid"]) == 0

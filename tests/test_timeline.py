@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from support.recorded import PID, T0, TID, rng, synthetic_rank, two_overlapping_tasks
 
-from mstx_marks.records import RangeRecord, RankTrace
-from mstx_marks.timeline import MIN_BAR_PX, render_svg, write_svg
+from mstx_marks.analysis.timeline import MIN_BAR_PX, render_svg, write_svg
+from mstx_marks.base.records import RangeRecord, RankTrace
 
 SVG = "{http://www.w3.org/2000/svg}"
 

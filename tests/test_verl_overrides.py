@@ -20,12 +20,11 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from mstx_marks.verl import (
+from mstx_marks.cli.main import main as cli_main
+from mstx_marks.profiling.verl_config import (
     ROLES,
-    check_verl_cli,
     check_verl_overrides,
     verl_overrides,
-    verl_overrides_cli,
 )
 
 
@@ -338,8 +337,9 @@ def test_check_catches(overrides: list[str], words: str) -> None:
 
 
 def test_cli_prints_shell_ready_overrides(capsys: pytest.CaptureFixture[str], verl: Any) -> None:
-    code = verl_overrides_cli(
+    code = cli_main(
         [
+            "verl-overrides",
             "--steps",
             "1,2,5",
             "--ranks",
@@ -360,28 +360,28 @@ def test_cli_prints_shell_ready_overrides(capsys: pytest.CaptureFixture[str], ve
     lines = [shlex.split(line)[0] for line in out]
     cfg, roles = compose(verl, lines)
     assert cfg.global_profiler.save_path == "/tmp/p q" and roles["rollout"].ranks == [0]
-    assert verl_overrides_cli(["--steps", "1", "--raw"]) == 0
+    assert cli_main(["verl-overrides", "--steps", "1", "--raw"]) == 0
     assert "global_profiler.steps=[1]" in capsys.readouterr().out.splitlines()
 
 
 def test_cli_bad_input_names_value_and_rule(capsys: pytest.CaptureFixture[str]) -> None:
-    assert verl_overrides_cli(["--steps", "0"]) == 2
+    assert cli_main(["verl-overrides", "--steps", "0"]) == 2
     assert "steps entry must be >= 1, got 0" in capsys.readouterr().err
-    assert verl_overrides_cli(["--steps", "x"]) == 2
+    assert cli_main(["verl-overrides", "--steps", "x"]) == 2
     assert "'x' must be comma-separated ints" in capsys.readouterr().err
-    assert verl_overrides_cli(["--steps", "1", "--roles", "rollout", "--no-discrete"]) == 2
+    assert cli_main(["verl-overrides", "--steps", "1", "--roles", "rollout", "--no-discrete"]) == 2
     assert "discrete=True" in capsys.readouterr().err
 
 
 def test_check_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     script = tmp_path / "run.sh"
     script.write_text(SCRIPT)
-    assert check_verl_cli([str(script)]) == 1
+    assert cli_main(["check-verl", str(script)]) == 1
     out = capsys.readouterr().out
     assert f"{script}:line 13: " in out
     good = verl_overrides(steps=[1], roles=["actor"])
-    assert check_verl_cli(good) == 0
-    assert check_verl_cli([str(tmp_path / "missing.sh")]) == 2
+    assert cli_main(["check-verl", *good]) == 0
+    assert cli_main(["check-verl", str(tmp_path / "missing.sh")]) == 2
 
 
 SHELL_SCRIPT = """\
@@ -449,7 +449,7 @@ def test_hydra_deletion_and_underscored_ints_are_not_misreported(verl: Any) -> N
     assert check_verl_overrides(good) == []
     cfg, _ = compose(verl, ["global_profiler.steps=[1_0,01]"])
     assert list(cfg.global_profiler.steps) == [10, "01"]
-    assert check_verl_cli(["~critic.profiler.tool_config", "global_profiler.tool=npu"]) == 0
+    assert cli_main(["check-verl", "~critic.profiler.tool_config", "global_profiler.tool=npu"]) == 0
 
 
 @pytest.mark.parametrize("save_path", ["2024", "1e3", "true", "null", "07"])

@@ -3,7 +3,10 @@
 ``create(name)`` builds one by name; ``"auto"`` picks, once, the first that works here: MSTX when
 torch_npu imports and sees an NPU, else NVTX when CUDA is available, else noop. Unlike verl, an
 installed ``nvtx`` package never wins on an NPU host. torch and torch_npu are imported only here,
-lazily, by the backend that needs them.
+lazily, by the backend that needs them, and ``auto`` never imports them itself: before the
+program imported torch there is no device work to mark, so the choice waits (noop meanwhile,
+:func:`detection_waits`) and is made when torch arrives (:mod:`mstx_marks.core.routing` hooks
+that import). Importing torch just to find out costs seconds and a thousand modules.
 
 >>> create("noop").name
 'noop'
@@ -12,11 +15,11 @@ lazily, by the backend that needs them.
 from __future__ import annotations
 
 import importlib
+import sys
 import threading
 
-from .base import Backend, BackendUnavailable, Emitter
-from .noop import NoopBackend
-from .tee import Tee, tee_with_recorder
+from mstx_marks.backends.base import Backend, BackendUnavailable, Emitter
+from mstx_marks.backends.noop import NoopBackend
 
 __all__ = [
     "NAMES",
@@ -24,9 +27,9 @@ __all__ = [
     "BackendUnavailable",
     "Emitter",
     "NoopBackend",
-    "Tee",
     "create",
     "detect",
+    "detection_waits",
     "tee_with_recorder",
 ]
 
@@ -54,11 +57,31 @@ def create(name: str) -> Backend:
     return backend
 
 
-def detect() -> Backend:
-    """The ``auto`` choice, made once per process; never raises."""
+def tee_with_recorder(device: Backend) -> Backend:
+    """``device`` with every range also kept by the default recorder (see
+    :func:`mstx_marks.backends.tee.tee_with_recorder`); the recorder is loaded only here, when
+    recording is asked for."""
+    from mstx_marks.backends.tee import tee_with_recorder as tee
+
+    return tee(device)
+
+
+def detection_waits() -> bool:
+    """Whether ``auto`` has not chosen yet because the program has not imported torch."""
+    return _detected is None and "torch" not in sys.modules
+
+
+def detect(*, probe: bool = False) -> Backend:
+    """The ``auto`` choice, made once per process; never raises.
+
+    While torch is not imported (and ``probe`` is False) it returns a noop backend and decides
+    nothing; ``probe=True`` (``mstx-marks doctor``, the demo) imports what it needs to decide now.
+    """
     global _detected
     with _detect_lock:
         if _detected is None:
+            if not probe and "torch" not in sys.modules:
+                return NoopBackend()
             _detected = NoopBackend()
             for name in ("mstx", "nvtx"):
                 try:

@@ -17,9 +17,21 @@ end 1 default
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Callable
 
-__all__ = ["Backend", "BackendUnavailable", "Emitter", "EndFn", "InstantFn", "StartFn"]
+if TYPE_CHECKING:
+    from mstx_marks.backends.record import Recorder
+
+__all__ = [
+    "Backend",
+    "BackendUnavailable",
+    "Emitter",
+    "EndFn",
+    "FaultReport",
+    "InstantFn",
+    "StartFn",
+]
 
 #: ``start(name, domain)`` returns a range handle; a falsy handle means "not recorded, do not end".
 StartFn = Callable[[str, str], Any]
@@ -27,6 +39,8 @@ StartFn = Callable[[str, str], Any]
 EndFn = Callable[[Any, str], object]
 #: ``instant(name, domain)`` records an instant event (MSTX's ``mark``).
 InstantFn = Callable[[str, str], object]
+#: Told of a fault that a backend contained: the call that met it, and the exception.
+FaultReport = Callable[[Callable[..., object], BaseException], object]
 
 
 class BackendUnavailable(RuntimeError):
@@ -50,6 +64,9 @@ class Backend:
     """Base class of all backends. Subclasses set :attr:`name` and implement :meth:`emitter`."""
 
     name: str = "backend"
+    #: Whether ranges given to this backend go anywhere (False only for the no-op backend): the
+    #: core closes every gate rather than call a backend that does nothing.
+    emits: bool = True
 
     def emitter(self, stream: object) -> Emitter:
         """Build the calls for ``stream``: ``None`` (host only), ``"current"``, or a stream object.
@@ -72,6 +89,24 @@ class Backend:
     def rearm(self) -> None:
         """Go back to the fastest way of working: the retry after a back-off, and every
         ``configure(backend=...)``, call this before building emitters again."""
+
+    def report_faults_to(self, report: FaultReport) -> None:
+        """A backend that contains faults of a backend inside it (the tee) tells ``report``
+        about each, with its own call that met it; others raise and need no report."""
+
+    def records_into(self) -> Recorder | None:
+        """The in-process recorder that keeps this backend's ranges, if any."""
+        return None
+
+    def keep_args(self, handle: Any, args: Mapping[str, Any]) -> None:
+        """Keep ``args`` with the range ``handle`` (what ``start`` returned) where it is
+        recorded; backends that record nothing ignore them (the MSTX message is the name)."""
+
+    def instant_with_args(
+        self, name: str, domain: str, args: Mapping[str, Any], stream: object
+    ) -> None:
+        """An instant event whose ``args`` are kept where it is recorded."""
+        self.emitter(stream).instant(name, domain)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r}>"

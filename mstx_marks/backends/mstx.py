@@ -6,7 +6,7 @@ would pass them. Should a C call raise (an unexpected torch_npu release), the ba
 the public wrapper, which checks and swallows everything itself. The wrapper prints an ``[ERROR]``
 line on stdout for every call it swallows, so its ``None`` ("I swallowed an error") counts as a
 fault too: after one such line the wrapper is not used again, and only the C path is retried
-(:mod:`mstx_marks.faults`), which keeps the job's stdout to a line or two however long it runs.
+(:mod:`mstx_marks.core.faults`), which keeps the job's stdout to a line or two however long it runs.
 
 Range id 0 means "not recorded" (no collector, or the domain is filtered out): the hot path then
 skips ``range_end``, as torch_npu's own code does.
@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from ..diagnostics import warn
-from .base import Backend, BackendUnavailable, Emitter
+from mstx_marks.backends.base import Backend, BackendUnavailable, Emitter
+from mstx_marks.base.diagnostics import warn
 
 __all__ = ["MstxBackend", "WrapperFailed"]
 

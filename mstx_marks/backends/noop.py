@@ -10,7 +10,7 @@ but it is a complete backend so that code holding an emitter can always call it.
 
 from __future__ import annotations
 
-from .base import Backend, Emitter
+from mstx_marks.backends.base import Backend, Emitter
 
 __all__ = ["NoopBackend"]
 
@@ -19,7 +19,7 @@ def _start(name: str, domain: str) -> int:
     return 0
 
 
-def _ignore(value: object, domain: str) -> None:
+def _noop(value: object, domain: str) -> None:
     return None
 
 
@@ -27,6 +27,7 @@ class NoopBackend(Backend):
     """Does nothing, costs nothing."""
 
     name = "noop"
+    emits = False
 
     def emitter(self, stream: object) -> Emitter:
-        return Emitter(self, _start, _ignore, _ignore)
+        return Emitter(self, _start, _noop, _noop)

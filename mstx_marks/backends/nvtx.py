@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import Backend, BackendUnavailable, Emitter
+from mstx_marks.backends.base import Backend, BackendUnavailable, Emitter
 
 __all__ = ["NvtxBackend"]
 

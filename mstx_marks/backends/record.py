@@ -28,8 +28,8 @@ from array import array
 from time import time_ns
 from typing import Any, Mapping
 
-from ..records import InstantRecord, RangeRecord, Record
-from .base import Backend, Emitter
+from mstx_marks.backends.base import Backend, Emitter
+from mstx_marks.base.records import InstantRecord, RangeRecord, Record
 
 __all__ = ["DrainCursor", "Recorder", "default_recorder"]
 
@@ -66,7 +66,7 @@ class Recorder(Backend):
     """Thread-safe, bounded in-memory backend (``backend="record"``).
 
     >>> rec = Recorder()
-    >>> rec.mark("weights_synced", "verl")
+    >>> rec.instant("weights_synced", "verl")
     >>> rec.records()[0].kind
     'instant'
     """
@@ -184,16 +184,25 @@ class Recorder(Backend):
         if i >= 0:
             self._args[i] = args
 
-    def instant_with_args(self, name: str, domain: str, args: Mapping[str, Any]) -> None:
+    def instant_with_args(
+        self, name: str, domain: str, args: Mapping[str, Any], stream: object = None
+    ) -> None:
         """Record an instant event carrying ``args``."""
         self.set_args(self.range_start(name, domain, _INSTANT), args)
 
-    def mark(self, name: str, domain: str) -> None:
+    def instant(self, name: str, domain: str) -> None:
         """Record an instant event."""
         self.range_start(name, domain, _INSTANT)
 
+    def records_into(self) -> Recorder:
+        return self
+
+    def keep_args(self, handle: Any, args: Mapping[str, Any]) -> None:
+        if type(handle) is int:
+            self.set_args(handle, args)
+
     def emitter(self, stream: object) -> Emitter:
-        return Emitter(self, self.range_start, self.range_end, self.mark)
+        return Emitter(self, self.range_start, self.range_end, self.instant)
 
     def drain(
         self, cursor: DrainCursor, limit: int = 1 << 62, upto: int | None = None
@@ -340,7 +349,7 @@ def default_recorder() -> Recorder:
     if _default is None:
         with _default_lock:
             if _default is None:
-                from .. import env
+                from mstx_marks.base import env
 
                 _default = Recorder(env.positive_int(env.RECORD_CAPACITY, 1_000_000))
     return _default

@@ -18,16 +18,17 @@ True
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Callable
 
-from .base import Backend, Emitter
-from .noop import NoopBackend
-from .record import Recorder, default_recorder
+from mstx_marks.backends.base import Backend, Emitter, FaultReport
+from mstx_marks.backends.noop import NoopBackend
+from mstx_marks.backends.record import Recorder, default_recorder
 
 __all__ = ["Tee", "tee_with_recorder"]
 
 
-def _ignore_fault(call: object, exc: BaseException) -> object:
+def _ignore_fault(call: Callable[..., object], exc: BaseException) -> object:
     return 0
 
 
@@ -44,7 +45,7 @@ class Tee(Backend):
         self._resting: Backend | None = None
         self.name = f"{device.name}+record"
         #: Told of each device fault with the tee's own call that met it.
-        self.report: Callable[[object, BaseException], object] = _ignore_fault
+        self.report: FaultReport = _ignore_fault
 
     def device_present(self) -> bool:
         return self.device.device_present()
@@ -62,6 +63,21 @@ class Tee(Backend):
         if self._resting is not None:
             self.device, self._resting = self._resting, None
         self.device.rearm()
+
+    def report_faults_to(self, report: FaultReport) -> None:
+        self.report = report
+
+    def records_into(self) -> Recorder:
+        return self.recorder
+
+    def keep_args(self, handle: Any, args: Mapping[str, Any]) -> None:
+        self.recorder.keep_args(handle[1], args)
+
+    def instant_with_args(
+        self, name: str, domain: str, args: Mapping[str, Any], stream: object
+    ) -> None:
+        self.recorder.instant_with_args(name, domain, args)  # first: a device fault loses none
+        self.device.emitter(stream).instant(name, domain)
 
     def emitter(self, stream: object) -> Emitter:
         dev, rec = self.device.emitter(stream), self.recorder.emitter(stream)
@@ -99,8 +115,8 @@ def tee_with_recorder(device: Backend, recorder: Recorder | None = None) -> Back
     """``device`` with every range also recorded: the recorder alone when ``device`` records
     nothing (noop) or is that recorder, else a :class:`Tee`."""
     recorder = recorder if recorder is not None else default_recorder()
-    if isinstance(device, NoopBackend) or device is recorder:
+    if not device.emits or device is recorder:
         return recorder
-    if isinstance(device, Tee) and device.recorder is recorder:
+    if device.records_into() is recorder:
         return device
     return Tee(device, recorder)

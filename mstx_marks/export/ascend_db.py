@@ -27,7 +27,7 @@ kept** by ``mstx_sum`` because every event gets its own ``connectionId`` (never 
 4294967295, the two it drops); with no ``TASK`` it reports their host durations, so its figures
 agree exactly with the recording.
 
->>> from mstx_marks.records import RangeRecord
+>>> from mstx_marks.base.records import RangeRecord
 >>> import tempfile, pathlib
 >>> db = ascend_db_path(tempfile.mkdtemp(), rank=3, worker="host_1", timestamp_ms=5)
 >>> db.parts[-3][:7], len(db.parts[-3].split("_")[2]), db.parts[-2:]
@@ -55,8 +55,8 @@ from pathlib import Path
 from time import monotonic_ns, time_ns
 from typing import Any
 
-from ..records import InstantRecord, RangeRecord, RankTrace, Record, TraceFileError
-from .files import atomic_path, atomic_write_bytes
+from mstx_marks.base.records import InstantRecord, RangeRecord, RankTrace, Record, TraceFileError
+from mstx_marks.export.files import atomic_path, atomic_write_bytes
 
 __all__ = [
     "DP_DOMAIN",
@@ -67,6 +67,7 @@ __all__ = [
     "HOST_ONLY_CONNECTION",
     "add_metadata",
     "ascend_db_path",
+    "db_role",
     "rank_of_db",
     "read_ascend_db",
     "write_ascend_db",
@@ -312,6 +313,18 @@ ORDER BY e.startNs
 """
 
 
+def db_role(db: sqlite3.Connection, tables: set[str]) -> str:
+    """The process role our database keeps in ``META_DATA`` (``""`` when none: torch_npu's)."""
+    if "META_DATA" not in tables:
+        return ""
+    try:
+        row = db.execute("SELECT value FROM META_DATA WHERE name = 'role' LIMIT 1").fetchone()
+        role = json.loads(row[0]) if row and row[0] is not None else ""
+    except (sqlite3.Error, ValueError, TypeError):
+        return ""
+    return role if isinstance(role, str) else ""
+
+
 def read_ascend_db(path: str | Path) -> RankTrace:
     """Read the MSTX events and steps of one database, ours or torch_npu's.
 
@@ -339,6 +352,7 @@ def read_ascend_db(path: str | Path) -> RankTrace:
                     " WHERE startNs IS NOT NULL AND endNs IS NOT NULL ORDER BY id"
                 )
                 steps = [(int(s), int(e)) for s, e in db.execute(query)]
+            role = db_role(db, tables)
     except TraceFileError:
         raise
     except (TypeError, ValueError, OverflowError) as e:
@@ -361,4 +375,4 @@ def read_ascend_db(path: str | Path) -> RankTrace:
                 records.append(RangeRecord(name, domain, int(start), int(end), tid, pid))
     except (TypeError, ValueError, OverflowError) as e:
         raise TraceFileError(path, f"has a malformed MSTX_EVENTS row ({e})") from e
-    return RankTrace(rank_of_db(path), records, steps, path)
+    return RankTrace(rank_of_db(path), records, steps, path, role)

@@ -11,13 +11,13 @@ Values JSON cannot hold are written as their ``str()``.
 ``otherData.clock`` holds a wall/monotonic clock pair (``time.time_ns()``,
 ``time.monotonic_ns()``) taken when the file is written: the records are on the wall clock
 already, and a reader meeting timestamps on a clock since boot can shift them by the pair's
-difference (see :mod:`mstx_marks.merge`).
+difference (see :mod:`mstx_marks.analysis.merge`).
 
 Timestamps are microseconds after ``otherData.origin_ns`` rather than since the epoch: a float
 holds an epoch time in microseconds only to a quarter of a microsecond, but small offsets keep
 every nanosecond, so :func:`read_chrome_trace` gives back exactly what was recorded.
 
->>> from mstx_marks.records import RangeRecord
+>>> from mstx_marks.base.records import RangeRecord
 >>> r = RangeRecord("gen", "default", 2_000_000_500, 2_000_001_750, 7, 42)
 >>> ev = chrome_trace([RankTrace(0, [r])])["traceEvents"][-1]
 >>> ev["ph"], ev["ts"], ev["dur"], ev["tid"]
@@ -33,8 +33,8 @@ import time
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from ..records import InstantRecord, RangeRecord, RankTrace, Record, TraceFileError
-from .files import atomic_path
+from mstx_marks.base.records import InstantRecord, RangeRecord, RankTrace, Record, TraceFileError
+from mstx_marks.export.files import atomic_path
 
 __all__ = [
     "GENERATOR",
@@ -57,7 +57,7 @@ GENERATOR = "mstx_marks"
 _NS_PER_S = 1_000_000_000
 #: The ``args`` keys this module writes itself.
 RESERVED_ARGS = frozenset({"domain", "open", "args"})
-# The merged job timeline's step track (mstx_marks.merge.STEP_CATEGORY): not records.
+# The merged job timeline's step track (mstx_marks.analysis.merge.STEP_CATEGORY): not records.
 _STEP_CATEGORY = "mstx_marks.step"
 
 
@@ -78,7 +78,7 @@ def _default_origin(traces: Sequence[RankTrace]) -> int:
 def event_args(rec: Record) -> dict[str, Any]:
     """The ``args`` of ``rec``'s event: its domain, and what the user attached.
 
-    >>> from mstx_marks.records import RangeRecord
+    >>> from mstx_marks.base.records import RangeRecord
     >>> event_args(RangeRecord("gen", "verl", 0, 1, 1, 1, args={"tokens": 8}))
     {'tokens': 8, 'domain': 'verl'}
     """
@@ -271,7 +271,7 @@ def read_chrome_trace(path: str | Path) -> list[RankTrace]:
 def read_chrome_doc(path: Path, doc: Any) -> list[RankTrace]:
     """:func:`read_chrome_trace` of a document already loaded from ``path``.
 
-    A merged job timeline (:mod:`mstx_marks.merge`) lists its processes in
+    A merged job timeline (:mod:`mstx_marks.analysis.merge`) lists its processes in
     ``otherData.processes`` (Chrome pid to rank, pid, role, steps) and the threads it split into
     tracks in ``otherData.threads``; it reads back as one trace per process.
     """

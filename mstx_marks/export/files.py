@@ -1,8 +1,13 @@
 """Atomic file writes: a reader never sees half a trace, even if the writer is killed midway.
 
-A writer killed before its rename leaves its temporary file behind (and SQLite's ``-journal``
-beside it); each temporary name carries the writer's pid, and the next write of the same file
-removes those whose writer is gone.
+A writer killed before its rename (Ray SIGKILLs its workers some 20-60 ms after their SIGTERM,
+mid-export) leaves its temporary file behind (and SQLite's ``-journal`` beside it). Each
+temporary name is ``.<target>.<pid>@<host>.<random>.tmp``: hidden, ending in ``.tmp`` (readers
+skip every name holding ``.tmp``: :func:`is_temp_name`), and naming its writer, so that the next
+write into the same folder removes those whose writer is gone (same host, pid no longer alive;
+another host's only after a day). A file written into a temporary path that
+:func:`atomic_paths` handed out is written in place, never through a temporary of its own: a
+temporary name is never nested in another.
 
 >>> import tempfile, pathlib
 >>> p = pathlib.Path(tempfile.mkdtemp()) / "a" / "t.json"
@@ -14,12 +19,37 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
+import socket
 import tempfile
+import threading
+import time
 from pathlib import Path
 from typing import Iterator
 
-__all__ = ["atomic_path", "atomic_paths", "atomic_write_bytes"]
+__all__ = ["atomic_path", "atomic_paths", "atomic_write_bytes", "is_temp_name", "sweep_temps"]
+
+#: ``.<target>.<pid>@<host>.<random>.tmp`` (and SQLite's ``-journal`` beside it).
+#: (Before hosts were named, ``.<target>.<pid>.<random>.tmp``: taken as this host's.)
+_TEMP = re.compile(
+    r"\A\.(?P<target>.+)\.(?P<pid>\d+)(?:@(?P<host>[^/]*?))?\.[^.]+\.tmp(?:-journal)?\Z"
+)
+#: Another host's leftovers are removed only once they are this old (its pids are not ours).
+_FOREIGN_AGE_S = 24 * 3600
+# The temporary paths this process is writing now: a write into one of them is in place.
+_in_flight: set[str] = set()
+_in_flight_lock = threading.Lock()
+
+
+def is_temp_name(name: str) -> bool:
+    """Whether a file name is a temporary (an unfinished atomic write, ours or another tool's):
+    readers skip these.
+
+    >>> [is_temp_name(n) for n in (".r0.trace.json.12@h.ab.tmp", "x.db-journal", "r0.trace.json")]
+    [True, True, False]
+    """
+    return ".tmp" in name or name.endswith("-journal")
 
 
 @contextlib.contextmanager
@@ -49,16 +79,28 @@ def atomic_paths(*paths: str | Path) -> Iterator[list[Path]]:
     ['a.json', 'b.db']
     """
     targets = [Path(p) for p in paths]
+    with _in_flight_lock:
+        in_place = [str(t) in _in_flight for t in targets]
+    if any(in_place):
+        # Writing into a temporary path handed out above (export_rank's, for two files replaced
+        # together): the outer write renames it; a temporary of a temporary would nest names.
+        if not all(in_place):
+            raise ValueError("atomic_paths: mixing temporary and final targets")
+        yield targets
+        return
     tmps: list[str] = []
+    prefix_tail = f"{os.getpid()}@{_host()}."
     try:
         for target in targets:
             target.parent.mkdir(parents=True, exist_ok=True)
-            _sweep(target)
+            sweep_temps(target.parent)
             fd, tmp = tempfile.mkstemp(
-                prefix=f".{target.name}.{os.getpid()}.", suffix=".tmp", dir=target.parent
+                prefix=f".{target.name}.{prefix_tail}", suffix=".tmp", dir=target.parent
             )
             os.close(fd)
             tmps.append(tmp)
+            with _in_flight_lock:
+                _in_flight.add(tmp)
             try:
                 mode = target.stat().st_mode & 0o777
             except FileNotFoundError:
@@ -74,6 +116,9 @@ def atomic_paths(*paths: str | Path) -> Iterator[list[Path]]:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(leftover)
         raise
+    finally:
+        with _in_flight_lock:
+            _in_flight.difference_update(tmps)
 
 
 @contextlib.contextmanager
@@ -90,14 +135,44 @@ def _signals_held() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
-def _sweep(target: Path) -> None:
-    """Remove what writers of ``target`` that died before their rename left behind."""
-    with contextlib.suppress(OSError):
-        for leftover in target.parent.glob(f".{target.name}.*.tmp*"):
-            pid = leftover.name[len(target.name) + 2 :].split(".", 1)[0]
-            if pid.isdigit() and not _alive(int(pid)):
-                with contextlib.suppress(OSError):
-                    leftover.unlink()
+def _host() -> str:
+    return socket.gethostname().replace("/", "_")
+
+
+def sweep_temps(folder: str | Path) -> int:
+    """Remove the temporaries in ``folder`` that writers which died before their rename left
+    behind: this host's whose pid is gone, another host's after a day. Never raises; returns how
+    many were removed. A live writer's temporary (this process's included) is never touched.
+
+    >>> import tempfile, pathlib
+    >>> d = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (d / f".t.json.{2**22 + 1}@{_host()}.x1.tmp").write_text("half")
+    >>> sweep_temps(d), list(d.iterdir())
+    (1, [])
+    """
+    removed = 0
+    host, now = _host(), time.time()
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return 0
+    for entry in entries:
+        found = _TEMP.match(entry.name)
+        if found is None:
+            continue
+        try:
+            if found["host"] in (None, host):
+                stale = not _alive(int(found["pid"]))
+            else:
+                stale = now - entry.stat(follow_symlinks=False).st_mtime > _FOREIGN_AGE_S
+            with _in_flight_lock:
+                stale = stale and os.path.join(folder, entry.name) not in _in_flight
+            if stale:
+                os.unlink(entry.path)
+                removed += 1
+        except OSError:
+            continue
+    return removed
 
 
 def _alive(pid: int) -> bool:

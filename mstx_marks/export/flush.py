@@ -24,25 +24,41 @@ from pathlib import Path
 from types import FrameType
 from typing import Callable, Iterable
 
-from .. import env, settings
-from ..backends.record import Recorder, default_recorder
-from ..diagnostics import warn_once
-from ..records import RankTrace
-from .ascend_db import ascend_db_path, write_ascend_db
-from .chrome import write_chrome_trace
-from .files import atomic_paths
-from .spill import Spill
+from mstx_marks.backends.record import Recorder, default_recorder
+from mstx_marks.base import env
+from mstx_marks.base.diagnostics import warn_once
+from mstx_marks.base.records import RankTrace
+from mstx_marks.core import routing as settings
+from mstx_marks.export.ascend_db import ascend_db_path, write_ascend_db
+from mstx_marks.export.chrome import write_chrome_trace
+from mstx_marks.export.files import atomic_paths
+from mstx_marks.export.spill import Spill
 
-__all__ = ["chrome_trace_path", "export_rank", "flush_at_exit"]
+__all__ = ["chain_signal", "chrome_trace_path", "export_rank", "flush_at_exit", "safe_role"]
 
 _SignalHandler = Callable[[int, "FrameType | None"], object]
 
 
-def chrome_trace_path(out_dir: str | Path, rank: int, process: str = "") -> Path:
+def chrome_trace_path(out_dir: str | Path, rank: int, process: str = "", role: str = "") -> Path:
     """Where :func:`export_rank` puts a rank's Chrome trace: ``out_dir/chrome/rankN.trace.json``,
-    or ``rankN-PROCESS.trace.json`` when several processes of a job may share a rank."""
+    or ``[ROLE-]rankN-PROCESS.trace.json`` when several processes of a job may share a rank (so
+    that a listing groups the files by role, then rank).
+
+    >>> chrome_trace_path("o", 0, "h-7", role="WorkerDict").name
+    'WorkerDict-rank0-h-7.trace.json'
+    """
     tag = f"-{process}" if process else ""
-    return Path(out_dir) / "chrome" / f"rank{rank}{tag}.trace.json"
+    lead = f"{safe_role(role)}-" if role else ""
+    return Path(out_dir) / "chrome" / f"{lead}rank{rank}{tag}.trace.json"
+
+
+def safe_role(role: str) -> str:
+    """``role`` as a file-name part: letters, digits, ``_``, ``.`` and ``-``; others ``_``.
+
+    >>> safe_role("agent_loop_worker_0:1")
+    'agent_loop_worker_0_1'
+    """
+    return "".join(c if c.isascii() and (c.isalnum() or c in "_.-") else "_" for c in role)
 
 
 def export_rank(
@@ -54,12 +70,12 @@ def export_rank(
     """Write ``trace`` as a Chrome trace and as an Ascend database under ``out_dir``.
 
     The database goes to ``db_path`` if given, else to a new :func:`ascend_db_path` under
-    ``out_dir/ascend``; ``process`` tells apart the Chrome traces of processes sharing a rank.
-    Returns the two paths written.
+    ``out_dir/ascend``; ``process`` tells apart the Chrome traces of processes sharing a rank
+    (their names then lead with the trace's role). Returns the two paths written.
     """
     if db_path is None:
         db_path = ascend_db_path(Path(out_dir) / "ascend", trace.rank)
-    chrome = chrome_trace_path(out_dir, trace.rank, process)
+    chrome = chrome_trace_path(out_dir, trace.rank, process, trace.role if process else "")
     # Both files are written, then replaced together: a reader never gets one rank's Chrome
     # trace from one flush and its database from another.
     with atomic_paths(chrome, db_path) as (chrome_tmp, db_tmp):
@@ -80,7 +96,7 @@ def flush_at_exit(
 
     Asking for files means recording: unless ``recorder`` is given, every range from now on is
     also kept by the in-process recorder, beside the device backend (``configure(record=True)``).
-    ``rank`` defaults to :func:`mstx_marks.env.rank` (``RANK``, else torch.distributed's rank,
+    ``rank`` defaults to :func:`mstx_marks.base.env.rank` (``RANK``, else torch.distributed's rank,
     else 0). Each flush rewrites the same files; a flush with nothing recorded says why once and
     never replaces files that hold ranges. On a signal the flush runs, then the handler that was
     there before runs (so SIGTERM still ends the process and Ctrl-C still raises KeyboardInterrupt).
@@ -124,7 +140,7 @@ def flush_at_exit(
 
     atexit.register(on_exit)
     for signum in signals:
-        _chain_signal(signum, on_exit)
+        chain_signal(signum, on_exit)
     return flush
 
 
@@ -142,7 +158,7 @@ def _why_empty() -> str:
     return "no range or instant was started in this process"
 
 
-def _chain_signal(signum: int, before: Callable[[], None]) -> None:
+def chain_signal(signum: int, before: Callable[[], None]) -> None:
     """Run ``before`` on ``signum``, then what was installed before (dying of the signal when
     that was the default). A signal arriving while ``before`` runs does not start it again: the
     first one's flush finishes, then the chain goes on."""

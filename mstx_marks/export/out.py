@@ -41,27 +41,78 @@ import threading
 from pathlib import Path
 from typing import Callable, Iterable
 
-from .. import env, settings
-from ..backends.record import default_recorder
-from ..records import RankTrace
-from .ascend_db import ascend_db_path
-from .flush import _chain_signal, export_rank
-from .spill import Spill
+from mstx_marks.backends.record import default_recorder
+from mstx_marks.base import env
+from mstx_marks.base.records import RankTrace
+from mstx_marks.core import routing as settings
+from mstx_marks.export.ascend_db import ascend_db_path
+from mstx_marks.export.flush import chain_signal, export_rank, safe_role
+from mstx_marks.export.spill import Spill
 
 __all__ = ["OutSession", "process_role", "record_to"]
 
 
 def process_role() -> str:
-    """This process's role: ``MSTX_MARKS_ROLE``, else a named multiprocessing process's name
-    (vLLM's ``EngineCore_DP0``, ...), else the script's name."""
+    """This process's role in the job, which tells apart processes that share a rank (a verl job
+    on one GPU runs its trainer, FSDP workers and vLLM's processes all as ``RANK`` 0):
+
+    1. ``MSTX_MARKS_ROLE``, when set;
+    2. in a Ray actor, the actor's class (``TaskRunner``, ``WorkerDict``, ``AgentLoopWorkerTQ``,
+       ...), else its name; in another Ray worker, ``ray_task``;
+    3. a named multiprocessing process's name (vLLM's ``EngineCore_DP0``, ``VllmWorker-0``);
+    4. the script's name (``main_ppo``, ``train``), else ``main`` (``python -c``, ``-m``, a REPL).
+
+    Ray is never imported for this: only a process that already imported it is asked. Cheap
+    enough to call at every spill (an actor's role is kept once found).
+    """
     role = env.text(env.ROLE)
     if role:
         return role
+    if _actor_role:
+        return _actor_role[0]
+    ray_role = _ray_role()
+    if ray_role:
+        return ray_role
     name = multiprocessing.current_process().name
     if name and name != "MainProcess":
         return name
     script = Path(sys.argv[0]).stem if sys.argv and sys.argv[0] else ""
-    return script if script and script not in ("-c", "-m") else "python"
+    return script if script and script not in ("-c", "-m") else "main"
+
+
+_actor_role: list[str] = []  # once known: a process is one actor for life
+
+
+def _ray_role() -> str:
+    """The Ray actor's class name (else its name), ``ray_task`` in another Ray worker, ``""``
+    outside Ray workers (the driver included) or when Ray cannot say; never raises."""
+    ray = sys.modules.get("ray")
+    if ray is None:
+        return ""
+    try:
+        worker = sys.modules.get("ray._private.worker")
+        mode = getattr(getattr(worker, "global_worker", None), "mode", None)
+        if mode is None or mode != getattr(worker, "WORKER_MODE", 1):
+            return ""  # the driver (SCRIPT_MODE), or Ray not connected
+        context = ray.get_runtime_context()
+        if context.get_actor_id() is None:
+            return "ray_task"
+        role = _actor_class(context) or context.get_actor_name() or ""
+    except Exception:
+        return ""
+    role = role.rsplit(".", 1)[-1]
+    if role:
+        _actor_role.append(role)
+    return role
+
+
+def _actor_class(context: object) -> str:
+    try:
+        handle = context.current_actor
+        descriptor = handle._ray_actor_creation_function_descriptor
+        return str(getattr(descriptor, "class_name", ""))
+    except Exception:
+        return ""
 
 
 class OutSession:
@@ -106,7 +157,10 @@ class OutSession:
             return []
         host, pid = socket.gethostname(), os.getpid()
         trace = RankTrace(self.spill.rank, records, role=self.spill.role)
-        db = ascend_db_path(self.out_dir / "ascend", trace.rank)
+        # torch_npu's folder is <worker>_<time>_ascend_pt: the role leads the worker name, so
+        # a listing groups the databases by role too (the role is also in its META_DATA).
+        worker = f"{safe_role(trace.role)}_{host}_{pid}" if trace.role else None
+        db = ascend_db_path(self.out_dir / "ascend", trace.rank, worker=worker)
         written += export_rank(self.out_dir, trace, db, process=f"{host}-{pid}")
         return written
 
@@ -216,7 +270,7 @@ def record_to(
     os._exit = _exit_writing  # type: ignore[assignment]
     if threading.current_thread() is threading.main_thread():
         for signum in signals:
-            _chain_signal(signum, _close_quietly)
+            chain_signal(signum, _close_quietly)
         _SignalWatch.start()
     return session
 

@@ -35,8 +35,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..backends.record import DrainCursor, Recorder
-from ..records import InstantRecord, RangeRecord, RankTrace, Record, TraceFileError
+from mstx_marks.backends.record import DrainCursor, Recorder
+from mstx_marks.base.records import InstantRecord, RangeRecord, RankTrace, Record, TraceFileError
 
 __all__ = ["SPILL_SUFFIX", "Spill", "read_spill", "spill_path"]
 
@@ -182,7 +182,7 @@ class Spill:
 def read_spill(path: str | Path) -> RankTrace:
     """Read one spill file as one process's trace; a torn last line is skipped.
 
-    Raises :class:`~mstx_marks.records.TraceFileError` naming the file when it is not a spill.
+    Raises :class:`~mstx_marks.base.records.TraceFileError` naming the file when it is not a spill.
     """
     path = Path(path)
     try:

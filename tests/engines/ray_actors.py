@@ -1,6 +1,6 @@
 """Run inside the rl venv: Ray 2.60 actors on CPU, activated by ``runtime_env`` alone.
 
-``hook OUT N1 N2 PAUSE RESULT``: ``worker_process_setup_hook="mstx_marks.activate.activate"``
+``hook OUT N1 N2 PAUSE RESULT``: ``worker_process_setup_hook="mstx_marks.activate"``
 with ``MSTX_MARKS_OUT=OUT`` in ``env_vars``; two actors (``RANK`` 0 and 1) run N1 and N2 ranges
 of a method decorated with ``mstx_marks.mstx_range``, a third actor records nothing; PAUSE
 seconds later a plain ``ray.shutdown()`` (Ray ends its workers from C++: SIGTERM, then SIGKILL
@@ -8,7 +8,7 @@ or ``_exit`` within milliseconds; no atexit hook, no Python signal handler runs)
 
 ``verl OUT K RESULT``: the documented verl form, ``env_vars`` only (``MSTX_MARKS_OUT``,
 ``MSTX_MARKS_INSTRUMENT=verl``), no setup hook: inside an actor, ``import verl`` loads verl's
-``verl.plugins`` entry point (mstx_marks.plugins, which activates), then
+``verl.plugins`` entry point (mstx_marks.launch.plugins, which activates), then
 ``import verl.workers.engine_workers``; the actor reports what the preset patched, then calls
 the real ``ActorRolloutRefWorker.compute_log_prob`` K times on a stand-in worker with no
 profiler (``self.actor`` a stand-in engine), so the patched stage records K ranges.
@@ -49,7 +49,7 @@ def hook(out: str, n1: int, n2: int, pause: float) -> dict[str, Any]:
     @ray.remote(num_cpus=0)
     class Idle:
         def run(self) -> dict[str, Any]:
-            import mstx_marks.activate as act  # the setup hook ran here too
+            import mstx_marks.launch.activate as act  # the setup hook ran here too
 
             return {"pid": os.getpid(), "activated_in": act._done_in}
 
@@ -57,7 +57,7 @@ def hook(out: str, n1: int, n2: int, pause: float) -> dict[str, Any]:
         num_cpus=2,
         include_dashboard=False,
         runtime_env={
-            "worker_process_setup_hook": "mstx_marks.activate.activate",
+            "worker_process_setup_hook": "mstx_marks.activate",
             "env_vars": {"MSTX_MARKS_OUT": out},
         },
     )
@@ -79,13 +79,13 @@ def verl(out: str, calls: int) -> dict[str, Any]:
     class Probe:
         def run(self, calls: int) -> dict[str, Any]:
             before = sorted(m for m in sys.modules if m.startswith("mstx_marks"))
-            import verl  # noqa: F401  (its verl.plugins entry point loads mstx_marks.plugins)
+            import verl  # noqa: F401  (its verl.plugins entry point loads mstx_marks.launch.plugins)
 
-            after_verl = "mstx_marks.plugins" in sys.modules
+            after_verl = "mstx_marks.launch.plugins" in sys.modules
             import verl.workers.engine_workers as ew
 
-            import mstx_marks.activate as act
-            from mstx_marks import presets
+            import mstx_marks.launch.activate as act
+            from mstx_marks.capture import presets
 
             attr = ew.ActorRolloutRefWorker.__dict__["compute_log_prob"]
             patched = list(presets.patched("verl"))

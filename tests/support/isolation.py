@@ -4,7 +4,9 @@ tests call it per example, since Hypothesis runs many examples inside one fixtur
 from __future__ import annotations
 
 import mstx_marks
-from mstx_marks import backends, diagnostics, settings
+from mstx_marks import backends
+from mstx_marks.base import diagnostics
+from mstx_marks.core import routing as settings
 
 
 def fresh() -> None:

@@ -8,8 +8,8 @@ import asyncio
 from hypothesis import strategies as st
 
 from mstx_marks.backends.record import Recorder
+from mstx_marks.base.records import InstantRecord, RangeRecord, Record
 from mstx_marks.export import RankTrace
-from mstx_marks.records import InstantRecord, RangeRecord, Record
 
 T0 = 1_700_000_000_000_000_000  # epoch ns, as time.time_ns() gives
 PID = 4242
@@ -73,7 +73,7 @@ def recorded_rank(rank: int, steps: int, tokens: int) -> RankTrace:
             sum(range(2000 * (rank + 1)))
             rec.range_end(one, "vllm_one_step")
         rec.range_end(gen, "default")
-        rec.mark("weights_synced", "default")
+        rec.instant("weights_synced", "default")
         upd = rec.range_start("update_actor", "default")
         sum(range(20000 * (rank + 1)))
         rec.range_end(upd, "default")

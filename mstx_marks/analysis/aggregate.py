@@ -1,0 +1,304 @@
+"""Per-phase statistics, built one process at a time and merged across ranks.
+
+A file is reduced to a :class:`ProcessPart` where it is read (in a worker process, in SQL for a
+database): per phase its count, total, extremes, exact p50/p90, a :class:`~.sketch.QuantileSketch`
+and, when the phase is short, its sorted durations. The part holds no record, so reading many
+ranks costs the memory of one file per worker plus a few numbers per rank and phase.
+
+:func:`combine` turns one part per rank into a :class:`Summary`: per-rank figures are exact;
+across ranks, counts, totals, means, maxima and step shares are exact, and p50/p90 are exact
+when the ranks' durations add up to at most :data:`POOL_LIMIT` (they are pooled), else read from
+the merged sketches within :data:`~.sketch.RELATIVE_ERROR`, which ``Stats.percentile_error``
+then says.
+
+>>> from mstx_marks.base.records import RangeRecord, RankTrace
+>>> r = lambda name, s, e: RangeRecord(name, "default", s, e, 1, 1)
+>>> part = aggregate_trace(RankTrace(0, [r("step", 0, 100), r("gen", 0, 40)]))
+>>> part.phases["generate_sequences"].total_ns, part.step_time_ns
+(40, 100)
+"""
+
+from __future__ import annotations
+
+from array import array
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable, Sequence
+
+from mstx_marks.analysis.mark_pairs import pair_marks
+from mstx_marks.analysis.quantiles import RELATIVE_ERROR, QuantileSketch, percentile
+from mstx_marks.analysis.steps import Step, StepOptions, find_steps, fold_name, step_time_ns
+from mstx_marks.base.records import Member, RangeRecord, RankTrace, Span
+
+__all__ = [
+    "POOL_LIMIT",
+    "SAMPLE_LIMIT",
+    "Member",
+    "PhaseAgg",
+    "PhaseSummary",
+    "PoolBudget",
+    "ProcessPart",
+    "Stats",
+    "Summary",
+    "aggregate_trace",
+    "combine",
+    "phase_agg",
+]
+
+#: A process's phase with at most this many ranges ships its sorted durations with its part.
+SAMPLE_LIMIT = 20_000
+#: Cross-rank percentiles are exact (durations pooled) up to this many ranges of one phase.
+POOL_LIMIT = 200_000
+
+
+@dataclass
+class Stats:
+    """Durations of one phase (nanoseconds); ``step_share`` is ``total_ns`` over step time;
+    ``percentile_error`` bounds the relative error of ``p50_ns``/``p90_ns`` (0: exact)."""
+
+    count: int
+    total_ns: int
+    mean_ns: float
+    p50_ns: float
+    p90_ns: float
+    max_ns: int
+    step_share: float | None
+    percentile_error: float = 0.0
+
+
+@dataclass
+class PhaseSummary:
+    """One phase of one role: across that role's ranks (``overall``) and on each of its ranks;
+    ``imbalance`` is the slowest rank's total over the fastest's, among the role's ranks that ran
+    the phase. A phase two roles both ran (the trainer's ``gen`` timer and the agent loop's
+    ``generate_sequences``) is two of these: roles are never summed together."""
+
+    name: str
+    overall: Stats
+    per_rank: dict[int, Stats]
+    imbalance: float | None
+    slowest_rank: int
+    role: str = ""
+
+    def member(self, rank: int) -> Member:
+        return Member(self.role, rank)
+
+
+@dataclass
+class Summary:
+    """Everything ``summary`` reports, per :class:`~mstx_marks.base.records.Member` (role, then
+    rank); ``phases`` are grouped by role; ``errors`` name the files that were left out."""
+
+    phases: list[PhaseSummary]
+    step_time_ns: dict[Member, int]
+    step_count: dict[Member, int]
+    sources: dict[Member, str]
+    errors: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    #: Per member, the keys of its steps in order (see :mod:`mstx_marks.analysis.steps`), for
+    #: those whose steps are not simply numbered 1, 2, ... (an empty list: numbered in order).
+    step_keys: dict[Member, list[str]] = field(default_factory=dict)
+
+    @property
+    def roles(self) -> list[str]:
+        """The roles, sorted (``""``: no role known)."""
+        return sorted({m.role for m in self.step_time_ns})
+
+    def members(self, role: str | None = None) -> list[Member]:
+        """The members (of ``role``), by role, then rank."""
+        return sorted(m for m in self.step_time_ns if role is None or m.role == role)
+
+    def phases_of(self, role: str) -> list[PhaseSummary]:
+        return [p for p in self.phases if p.role == role]
+
+
+@dataclass
+class PhaseAgg:
+    """One phase of one process: exact figures, a sketch, and the durations when few."""
+
+    count: int
+    total_ns: int
+    max_ns: int
+    p50_ns: float
+    p90_ns: float
+    first_start_ns: int
+    sketch: QuantileSketch
+    sample: array[int] | None
+
+
+def phase_agg(ordered: Sequence[int], first_start_ns: int) -> PhaseAgg:
+    """The aggregate of one phase from its durations, sorted.
+
+    >>> a = phase_agg([1, 2, 3, 10], 5)
+    >>> a.count, a.total_ns, a.p50_ns, a.max_ns, list(a.sample or [])
+    (4, 16, 2.5, 10, [1, 2, 3, 10])
+    """
+    sketch = QuantileSketch()
+    sketch.add_many(ordered)
+    sample = array("q", ordered) if len(ordered) <= SAMPLE_LIMIT else None
+    return PhaseAgg(
+        count=len(ordered),
+        total_ns=sum(ordered),
+        max_ns=ordered[-1],
+        p50_ns=percentile(ordered, 0.5),
+        p90_ns=percentile(ordered, 0.9),
+        first_start_ns=first_start_ns,
+        sketch=sketch,
+        sample=sample,
+    )
+
+
+@dataclass
+class ProcessPart:
+    """What ``summary`` keeps of one process (or of one rank once its processes are joined)."""
+
+    rank: int
+    pids: frozenset[int]
+    source: Path | None
+    role: str = ""
+    n_records: int = 0
+    #: (earliest start, latest end) of its ranges, None when it has none.
+    span: Span | None = None
+    first_ns: int | None = None  # earliest timestamp of any record (which clock it is on)
+    step_count: int = 0
+    step_time_ns: int = 0  # time inside steps, or the whole span when there are none
+    #: The steps' keys when they are not 1, 2, ... (kept small: a part holds no list per step).
+    step_keys: list[str] = field(default_factory=list)
+    phases: dict[str, PhaseAgg] = field(default_factory=dict)
+
+    @property
+    def member(self) -> Member:
+        return Member(self.role, self.rank)
+
+    def set_steps(self, steps: list[Step]) -> ProcessPart:
+        """Keep what the summary needs of ``steps``: their number, time and unusual keys."""
+        self.step_count = len(steps)
+        self.step_time_ns = step_time_ns(steps, self.span)
+        ordinal = all(s.key == str(i) for i, s in enumerate(steps, start=1))
+        self.step_keys = [] if ordinal else [s.key for s in steps]
+        return self
+
+
+def aggregate_trace(
+    trace: RankTrace,
+    fold: Callable[[str], str] = fold_name,
+    steps: StepOptions | None = None,
+) -> ProcessPart:
+    """The :class:`ProcessPart` of an in-memory trace (``X_start``/``X_stop`` marks paired)."""
+    records = pair_marks(trace.records)
+    paired = RankTrace(trace.rank, records, trace.steps, trace.source, trace.role)
+    durations: dict[str, list[int]] = {}
+    first: dict[str, int] = {}
+    lo = hi = None
+    for r in records:
+        if not isinstance(r, RangeRecord):
+            continue
+        name = fold(r.name)
+        durations.setdefault(name, []).append(r.end_ns - r.start_ns)
+        if name not in first or r.start_ns < first[name]:
+            first[name] = r.start_ns
+        lo = r.start_ns if lo is None else min(lo, r.start_ns)
+        hi = r.end_ns if hi is None else max(hi, r.end_ns)
+    return ProcessPart(
+        rank=trace.rank,
+        pids=frozenset(r.pid for r in records),
+        source=trace.source,
+        role=trace.role,
+        n_records=len(records),
+        span=None if lo is None or hi is None else (lo, hi),
+        first_ns=min((r.start_ns for r in records), default=None),
+        phases={name: phase_agg(sorted(d), first[name]) for name, d in durations.items()},
+    ).set_steps(find_steps(paired, steps, fold))
+
+
+class PoolBudget:
+    """Keeps the parts' sorted durations only while they can still be pooled.
+
+    A phase whose durations across the parts seen pass :data:`POOL_LIMIT` (or of which one
+    part had too many to ship) will be read from sketches: its durations are dropped from every
+    part at once, so the parts held stay a few numbers each, however many ranks there are.
+    """
+
+    def __init__(self) -> None:
+        self.pooled: dict[str, int] = {}
+        self.over: set[str] = set()
+        self.parts: list[ProcessPart] = []
+
+    def admit(self, part: ProcessPart) -> None:
+        self.parts.append(part)
+        for name, agg in part.phases.items():
+            if name in self.over:
+                agg.sample = None
+                continue
+            self.pooled[name] = self.pooled.get(name, 0) + agg.count
+            if agg.sample is None or self.pooled[name] > POOL_LIMIT:
+                self.over.add(name)
+                for other in self.parts:
+                    if name in other.phases:
+                        other.phases[name].sample = None
+
+
+def _stats(count: int, total: int, max_ns: int, p50: float, p90: float, step: int) -> Stats:
+    return Stats(count, total, total / count, p50, p90, max_ns, total / step if step else None)
+
+
+def _overall(aggs: list[PhaseAgg], step_time: int) -> Stats:
+    count = sum(a.count for a in aggs)
+    total = sum(a.total_ns for a in aggs)
+    max_ns = max(a.max_ns for a in aggs)
+    if len(aggs) == 1:
+        a = aggs[0]
+        return _stats(count, total, max_ns, a.p50_ns, a.p90_ns, step_time)
+    samples = [a.sample for a in aggs]
+    if count <= POOL_LIMIT and all(s is not None for s in samples):
+        pooled = sorted(v for s in samples if s is not None for v in s)
+        return _stats(
+            count, total, max_ns, percentile(pooled, 0.5), percentile(pooled, 0.9), step_time
+        )
+    merged = QuantileSketch()
+    for a in aggs:
+        merged.merge(a.sketch)
+    stats = _stats(count, total, max_ns, merged.quantile(0.5), merged.quantile(0.9), step_time)
+    stats.percentile_error = RELATIVE_ERROR
+    return stats
+
+
+def combine(parts: Iterable[ProcessPart]) -> Summary:
+    """The summary of one part per member (role and rank): per role, its phases in order of
+    first start, each across that role's ranks and on each of them."""
+    by_member = {p.member: p for p in sorted(parts, key=lambda p: p.member)}
+    step_time = {m: p.step_time_ns for m, p in by_member.items()}
+    result: list[PhaseSummary] = []
+    for role in sorted({m.role for m in by_member}):
+        ranks = {m.rank: p for m, p in by_member.items() if m.role == role}
+        result += _role_phases(role, ranks, {r: step_time[Member(role, r)] for r in ranks})
+    return Summary(
+        phases=result,
+        step_time_ns=step_time,
+        step_count={m: p.step_count for m, p in by_member.items()},
+        sources={m: str(p.source) for m, p in by_member.items()},
+        step_keys={m: p.step_keys for m, p in by_member.items()},
+    )
+
+
+def _role_phases(
+    role: str, by_rank: dict[int, ProcessPart], step_time: dict[int, int]
+) -> list[PhaseSummary]:
+    names: dict[str, int] = {}
+    for p in by_rank.values():
+        for name, a in p.phases.items():
+            names[name] = min(names.get(name, a.first_start_ns), a.first_start_ns)
+    result = []
+    for name in sorted(names, key=names.__getitem__):
+        aggs = {rank: p.phases[name] for rank, p in by_rank.items() if name in p.phases}
+        per_rank = {
+            rank: _stats(a.count, a.total_ns, a.max_ns, a.p50_ns, a.p90_ns, step_time[rank])
+            for rank, a in aggs.items()
+        }
+        overall = _overall(list(aggs.values()), sum(step_time[rank] for rank in aggs))
+        totals = {rank: s.total_ns for rank, s in per_rank.items()}
+        slowest = max(totals, key=totals.__getitem__)
+        fastest = min(totals.values())
+        imbalance = totals[slowest] / fastest if fastest else None
+        result.append(PhaseSummary(name, overall, per_rank, imbalance, slowest, role))
+    return result

@@ -1,0 +1,165 @@
+"""The whole job as one Chrome / Perfetto trace: a process per role and rank, named threads.
+
+``summary DIR --trace job.json`` reads every trace under ``DIR`` (trainer workers, the rollout
+engine's processes, the driver) and writes them on one time axis:
+
+- **Clock alignment.** Every record is wall-clock nanoseconds (``time.time_ns()``) when it is
+  written, so processes on one host share the axis as they are, and hosts agree to within their
+  NTP offset. Each file also carries a wall/monotonic clock pair (the spill's header,
+  ``otherData.clock`` of our Chrome traces; torch.profiler's ``baseTimeNanoseconds`` plays that
+  part for its boot-clock timestamps, and the reader applies it), so a trace stamped on a clock
+  since boot can be moved onto the wall clock; files on another clock that carry no pair are
+  left out by ``summary`` with an error. No cross-rank offset is estimated (there is no
+  torch.distributed exchange at read time); ``otherData.alignment`` says so in the file.
+- **Processes.** One Chrome process per role, rank and operating-system pid, named
+  ``<role> rank R (pid P)`` and sorted by role, then rank (one GPU's trainer, FSDP workers and
+  vLLM processes all say rank 0: the role leads).
+- **Threads.** Each thread is named (``thread_name`` metadata). Chrome nests the complete events
+  of one thread by time, so ranges that overlap without nesting (two asyncio tasks on one thread)
+  would be drawn wrongly: the thread is split into tracks where each track nests properly, the
+  extra ones named ``thread T (overlap K)`` and listed in ``otherData.threads`` so that
+  :func:`~mstx_marks.export.read_chrome_trace` reads them back onto their thread.
+- **Steps** are on a ``steps`` track of each process (category ``mstx_marks.step``, which the
+  reader skips).
+
+>>> from mstx_marks.base.records import RangeRecord, RankTrace
+>>> a = RangeRecord("update_actor", "default", 0, 20, 5, 9)
+>>> b = RangeRecord("compute_score", "default", 10, 40, 5, 9)  # overlaps a, not inside it
+>>> doc = merged_chrome_trace([RankTrace(0, [a, b], role="trainer")])
+>>> sorted(e["args"]["name"] for e in doc["traceEvents"] if e["name"] == "thread_name")
+['thread 5', 'thread 5 (overlap 1)']
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Sequence
+
+from mstx_marks.analysis.steps import StepOptions, find_steps
+from mstx_marks.base.records import InstantRecord, RangeRecord, RankTrace, Record
+from mstx_marks.export.chrome import GENERATOR, dumps, trace_event, trace_us
+from mstx_marks.export.files import atomic_write_bytes
+
+__all__ = ["STEP_CATEGORY", "merged_chrome_trace", "nesting_tracks", "write_merged_trace"]
+
+#: The category of the step ranges on each process's ``steps`` track.
+STEP_CATEGORY = "mstx_marks.step"
+_EXTRA_TID = 1 << 40  # synthetic thread ids start here, far above any real one
+_ALIGNMENT = (
+    "wall clock: every file's timestamps are time.time_ns() (boot-clock files shifted by their "
+    "clock pair); no cross-rank offset estimate"
+)
+
+
+def nesting_tracks(ranges: Sequence[RangeRecord]) -> list[list[RangeRecord]]:
+    """``ranges`` split into tracks in each of which every two ranges nest or do not overlap;
+    each range goes to the first track it fits.
+
+    >>> r = lambda s, e: RangeRecord("x", "d", s, e, 1, 1)
+    >>> [[x.start_ns for x in t] for t in nesting_tracks([r(0, 10), r(2, 5), r(4, 12)])]
+    [[0, 2], [4]]
+    """
+    tracks: list[list[RangeRecord]] = []
+    stacks: list[list[int]] = []  # per track, the ends of the ranges still open at this start
+    for r in sorted(ranges, key=lambda r: (r.start_ns, -r.end_ns)):
+        for track, stack in zip(tracks, stacks):
+            while stack and stack[-1] <= r.start_ns:
+                stack.pop()
+            if not stack or r.end_ns <= stack[-1]:
+                track.append(r)
+                stack.append(r.end_ns)
+                break
+        else:
+            tracks.append([r])
+            stacks.append([r.end_ns])
+    return tracks
+
+
+def _meta(name: str, cpid: int, args: dict[str, Any], tid: int | None = None) -> dict[str, Any]:
+    ev: dict[str, Any] = {"ph": "M", "name": name, "pid": cpid, "args": args}
+    if tid is not None:
+        ev["tid"] = tid
+    return ev
+
+
+def merged_chrome_trace(
+    traces: Sequence[RankTrace], steps: StepOptions | None = None
+) -> dict[str, Any]:
+    """The trace document of the whole job, ready for :func:`json.dumps`; ``steps`` says how
+    the steps track is found (:mod:`mstx_marks.analysis.steps`)."""
+    starts = [r.start_ns for t in traces for r in t.records]
+    origin = (min(starts) // 10**9) * 10**9 if starts else 0
+    events: list[dict[str, Any]] = []
+    processes: dict[str, Any] = {}
+    threads: dict[str, int] = {}
+    cpid = 0
+    extra = _EXTRA_TID
+    for trace in sorted(traces, key=lambda t: t.member):
+        found = find_steps(trace, steps)
+        by_pid: dict[int, list[Record]] = {}
+        for r in trace.records:
+            by_pid.setdefault(r.pid, []).append(r)
+        for pid in sorted(by_pid):
+            cpid += 1
+            processes[str(cpid)] = {
+                "rank": trace.rank,
+                "pid": pid,
+                "role": trace.role,
+                "steps": [[s, e] for s, e in trace.steps],
+            }
+            events.append(
+                _meta("process_name", cpid, {"name": f"{trace.member.label} (pid {pid})"})
+            )
+            events.append(_meta("process_sort_index", cpid, {"sort_index": cpid}))
+            by_tid: dict[int, list[Record]] = {}
+            for r in by_pid[pid]:
+                by_tid.setdefault(r.thread, []).append(r)
+            order = 0
+            for tid in sorted(by_tid):
+                recs = by_tid[tid]
+                ranges = [r for r in recs if isinstance(r, RangeRecord)]
+                tracks = nesting_tracks(ranges) or [[]]
+                for k, track in enumerate(tracks):
+                    if k == 0:
+                        out_tid, label = tid, f"thread {tid}"
+                        track_recs: list[Record] = [
+                            *track,
+                            *(r for r in recs if isinstance(r, InstantRecord)),
+                        ]
+                    else:
+                        extra += 1
+                        out_tid, label = extra, f"thread {tid} (overlap {k})"
+                        threads[f"{cpid}:{out_tid}"] = tid
+                        track_recs = list(track)
+                    order += 1
+                    events.append(_meta("thread_name", cpid, {"name": label}, out_tid))
+                    events.append(_meta("thread_sort_index", cpid, {"sort_index": order}, out_tid))
+                    events.extend(trace_event(r, cpid, origin, out_tid) for r in track_recs)
+            if found and pid == min(by_pid):
+                extra += 1
+                events.append(_meta("thread_name", cpid, {"name": "steps"}, extra))
+                events.append(_meta("thread_sort_index", cpid, {"sort_index": -1}, extra))
+                for s in found:
+                    events.append({
+                        "ph": "X", "name": f"step {s.key}", "cat": STEP_CATEGORY,
+                        "ts": trace_us(s.start_ns - origin), "dur": trace_us(s.end_ns - s.start_ns),
+                        "pid": cpid, "tid": extra, "args": {"step": s.key},
+                    })  # fmt: skip
+    return {
+        "traceEvents": events,
+        "displayTimeUnit": "ms",
+        "otherData": {
+            "generator": GENERATOR,
+            "origin_ns": origin,
+            "processes": processes,
+            "threads": threads,
+            "alignment": _ALIGNMENT,
+        },
+    }
+
+
+def write_merged_trace(
+    path: str | Path, traces: Sequence[RankTrace], steps: StepOptions | None = None
+) -> Path:
+    """Write :func:`merged_chrome_trace` of ``traces`` to ``path`` atomically; returns it."""
+    return atomic_write_bytes(path, dumps(merged_chrome_trace(traces, steps)).encode())

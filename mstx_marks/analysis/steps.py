@@ -1,0 +1,157 @@
+"""Which spans of a trace are training steps, and what numbers them.
+
+A step comes from, in this order:
+
+1. the ranges of a phase the user names (``summary --step-name train_step``, or
+   ``StepOptions(name="train_step")``), compared by name or by the phase registry's fold;
+2. the steps the file itself lists: an Ascend database's ``STEP_TIME`` rows, or the steps our
+   Chrome traces carry;
+3. the ranges named ``step`` (verl's trainer timer) or ``ProfilerStep`` (torch.profiler's
+   ``ProfilerStep#N``, read with ``args={"step": N}``).
+
+The **step key** (``--step-key``, default ``step``) is the ``args`` entry of a step range that
+numbers it: a global step, a weight version, a rollout id (``mark("train_step",
+args={"global_step": gs})`` with ``--step-key global_step``). Step ranges that share a key are
+one step (a rollout in several pieces): its time is the union of their spans. A step range
+without the key, and every step of a file's own list, is numbered by its order (from 1).
+
+>>> from mstx_marks.base.records import RangeRecord, RankTrace
+>>> r = lambda s, e, v: RangeRecord("train_step", "default", s, e, 1, 1, args={"version": v})
+>>> t = RankTrace(0, [r(0, 10, 7), r(20, 25, 7), r(30, 40, 8)])
+>>> [(s.key, s.time_ns) for s in find_steps(t, StepOptions("train_step", "version"))]
+[('7', 15), ('8', 10)]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterable, NamedTuple
+
+from mstx_marks.base import phases
+from mstx_marks.base.records import STEP_PHASE, RangeRecord, RankTrace, Span
+
+__all__ = [
+    "PROFILER_STEP",
+    "Step",
+    "StepOptions",
+    "find_steps",
+    "fold_name",
+    "step_time_ns",
+    "union_ns",
+]
+
+#: The name torch.profiler's ``ProfilerStep#N`` ranges are read under (``N`` in ``args["step"]``).
+PROFILER_STEP = "ProfilerStep"
+_DEFAULT_STEP_NAMES = (STEP_PHASE, PROFILER_STEP)
+
+
+def fold_name(name: str) -> str:
+    """The registry's canonical name for ``name``, or ``name`` itself when it is not a phase.
+
+    >>> fold_name("no_such_phase_anywhere")
+    'no_such_phase_anywhere'
+    """
+    try:
+        return phases.canonical(name)
+    except (KeyError, TypeError, ValueError):
+        return name
+
+
+@dataclass(frozen=True)
+class StepOptions:
+    """How steps are found: ``name`` is the step phase (None: the file's steps, else ``step`` or
+    ``ProfilerStep`` ranges), ``key`` the ``args`` entry that numbers a step."""
+
+    name: str | None = None
+    key: str = "step"
+
+    def is_step(self, name: str, fold: Callable[[str], str] = fold_name) -> bool:
+        """Whether ranges called ``name`` are steps (for the default, ``step``/``ProfilerStep``).
+
+        >>> StepOptions("train_step").is_step("train_step"), StepOptions().is_step("step")
+        (True, True)
+        """
+        if self.name is None:
+            return name in _DEFAULT_STEP_NAMES
+        return name == self.name or fold(name) == fold(self.name)
+
+
+class Step(NamedTuple):
+    """One step: its first start, last end, key, and time (the union of its ranges' spans)."""
+
+    start_ns: int
+    end_ns: int
+    key: str
+    time_ns: int
+
+
+def union_ns(spans: Iterable[Span]) -> int:
+    """The time covered by ``spans`` (overlaps counted once).
+
+    >>> union_ns([(0, 10), (5, 20), (30, 31)])
+    21
+    """
+    total, end = 0, None
+    for s, e in sorted(spans):
+        if end is None or s > end:
+            total += e - s
+            end = e
+        elif e > end:
+            total += e - end
+            end = e
+    return total
+
+
+def steps_from_ranges(ranges: Iterable[tuple[int, int, object]], key: str) -> list[Step]:
+    """Steps from ``(start, end, args)`` of step ranges: grouped by ``args[key]`` (else by order).
+
+    >>> steps_from_ranges([(5, 9, None), (0, 3, None)], "step")
+    [Step(start_ns=0, end_ns=3, key='1', time_ns=3), Step(start_ns=5, end_ns=9, key='2', time_ns=4)]
+    """
+    groups: dict[str, list[Span]] = {}
+    for n, (s, e, args) in enumerate(sorted(ranges, key=lambda r: (r[0], r[1])), start=1):
+        value = args.get(key) if isinstance(args, dict) else None
+        groups.setdefault(f"#{n}" if value is None else str(value), []).append((s, e))
+    steps = []
+    ordered = sorted(groups.items(), key=lambda kv: min(kv[1]))
+    for ordinal, (label, spans) in enumerate(ordered, start=1):
+        name = str(ordinal) if label.startswith("#") else label
+        steps.append(
+            Step(min(s for s, _ in spans), max(e for _, e in spans), name, union_ns(spans))
+        )
+    return steps
+
+
+def steps_from_spans(spans: Iterable[Span]) -> list[Step]:
+    """Steps a file lists (``STEP_TIME``), numbered in order.
+
+    >>> steps_from_spans([(0, 4)])
+    [Step(start_ns=0, end_ns=4, key='1', time_ns=4)]
+    """
+    return [Step(s, e, str(i), e - s) for i, (s, e) in enumerate(spans, start=1)]
+
+
+def find_steps(
+    trace: RankTrace, options: StepOptions | None = None, fold: Callable[[str], str] = fold_name
+) -> list[Step]:
+    """The steps of ``trace`` as the module docstring orders the sources."""
+    options = options or StepOptions()
+    if options.name is None and trace.steps:
+        return steps_from_spans(trace.steps)
+    chosen = [
+        (r.start_ns, r.end_ns, dict(r.args) if r.args else None)
+        for r in trace.records
+        if isinstance(r, RangeRecord) and options.is_step(r.name, fold)
+    ]
+    return steps_from_ranges(chosen, options.key)
+
+
+def step_time_ns(steps: list[Step], span: Span | None) -> int:
+    """Time inside steps, or the whole recorded ``span`` when there are no steps.
+
+    >>> step_time_ns([], (10, 30))
+    20
+    """
+    if steps:
+        return sum(s.time_ns for s in steps)
+    return span[1] - span[0] if span else 0

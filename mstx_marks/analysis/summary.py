@@ -1,0 +1,342 @@
+"""Per-phase statistics of recorded ranges, per rank and across ranks: ``mstx_marks summary``.
+
+Reads every trace under a folder or a tree of rank folders (:mod:`mstx_marks.analysis.readers`
+lists the kinds: Ascend databases, our Chrome traces, torch.profiler and torch_npu traces, any
+Chrome trace, spills), folds phase names through the registry's aliases, and reports for each phase:
+count, total, mean, p50, p90, max, share of step time, and how unbalanced the ranks are (slowest
+total over fastest, and which rank is slowest). Everything is per role first (the process's
+part in the job: ``TaskRunner``, ``WorkerDict``, ``EngineCore_DP0``, ...; see
+:func:`mstx_marks.export.out.process_role`), then per rank: the processes of an RL job on one
+GPU all say rank 0, and only their roles tell them apart, so two roles are never summed.
+
+:func:`summarize_path` (what the command runs) streams: each file is reduced where it is read,
+in worker processes, to a few numbers per phase (:mod:`mstx_marks.analysis.aggregate`; a database
+inside SQLite), so memory does not grow with the number of ranks; :func:`load_traces` and
+:func:`summarize` do the same from traces held in memory (for timelines, or your own traces).
+
+>>> from mstx_marks.base.records import RangeRecord
+>>> from mstx_marks.export import RankTrace
+>>> r = lambda name, s, e: RangeRecord(name, "default", s, e, 1, 1)
+>>> traces = [RankTrace(0, [r("step", 0, 100), r("gen", 0, 40)]),
+...           RankTrace(1, [r("step", 0, 100), r("gen", 0, 80)])]
+>>> gen = summarize(traces).phases[1]  # "gen" (verl's trainer timer) folds into its phase
+>>> gen.name, gen.overall.total_ns, gen.imbalance, gen.slowest_rank
+('generate_sequences', 120, 2.0, 1)
+>>> both = summarize([RankTrace(0, [r("gen", 0, 40)], role="TaskRunner"),
+...                   RankTrace(0, [r("gen", 0, 30)], role="AgentLoopWorker")])
+>>> [(p.role, p.name, sorted(p.per_rank)) for p in both.phases]  # rank 0 twice, never merged
+[('AgentLoopWorker', 'generate_sequences', [0]), ('TaskRunner', 'generate_sequences', [0])]
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Callable, Sequence, TypeVar
+
+from mstx_marks.analysis.aggregate import (
+    PhaseSummary,
+    PoolBudget,
+    ProcessPart,
+    Stats,
+    Summary,
+    aggregate_trace,
+    combine,
+)
+from mstx_marks.analysis.copies import Copy, pick_copies
+from mstx_marks.analysis.readers import find_trace_files, part_of_file, read_trace_file
+from mstx_marks.analysis.readers.chrome_json import NothingToRead
+from mstx_marks.analysis.readers.pool import Progress, map_files
+from mstx_marks.analysis.steps import StepOptions, find_steps, fold_name
+from mstx_marks.analysis.summary_text import format_csv, format_json, format_table
+from mstx_marks.base.records import Member, RankTrace, TraceFileError
+
+__all__ = [
+    "Member",
+    "PhaseSummary",
+    "Stats",
+    "StepOptions",
+    "Summary",
+    "find_trace_files",
+    "fold_name",
+    "format_csv",
+    "format_json",
+    "format_table",
+    "load_traces",
+    "run_summary",
+    "summarize",
+    "summarize_path",
+]
+
+T = TypeVar("T")
+
+
+def summarize(
+    traces: Sequence[RankTrace],
+    fold: Callable[[str], str] = fold_name,
+    steps: StepOptions | None = None,
+) -> Summary:
+    """Statistics of the ranges in ``traces`` (one per role and rank), per role, phases in order
+    of first start.
+    Steps are found as :mod:`mstx_marks.analysis.steps` says (``steps`` names the step phase and
+    key)."""
+    return combine(aggregate_trace(t, fold, steps) for t in traces)
+
+
+def _no_traces(root: Path) -> str:
+    return (
+        f"{root}: no traces found (looked for *.trace.json, trace.json, trace_view.json, "
+        "ascend_pytorch_profiler*.db and spill/*.jsonl)"
+    )
+
+
+def _select(
+    root: Path,
+    loaded: list[tuple[Path, list[Copy[T]]]],
+    errors: list[str],
+    notes: list[str],
+) -> dict[Member, list[Copy[T]]]:
+    """The copies to use, grouped by role, then rank (see :mod:`mstx_marks.analysis.copies`)."""
+    chosen, more = pick_copies(loaded, errors)
+    notes.extend(more)
+    if not chosen and not errors:
+        errors.append(_no_traces(root))
+    by_member: dict[Member, list[Copy[T]]] = {}
+    for c in chosen:
+        by_member.setdefault(Member(c.role, c.rank), []).append(c)
+    return dict(sorted(by_member.items()))
+
+
+def _trace_copy(t: RankTrace) -> Copy[RankTrace]:
+    first = min((r.start_ns for r in t.records), default=None)
+    pids = frozenset(r.pid for r in t.records)
+    return Copy(t.rank, pids, len(t.records), t.source, first, t.role, t)
+
+
+def _joined(member: Member, group: Sequence[RankTrace]) -> RankTrace:
+    """The processes that share a role and a rank (a restarted worker, two processes of one
+    script), summed as that member. Processes of different roles are never joined."""
+    if len(group) == 1:
+        return group[0]
+    records = sorted((r for t in group for r in t.records), key=lambda r: r.start_ns)
+    steps = sorted({s for t in group for s in t.steps})
+    return RankTrace(member.rank, records, steps, group[0].source, member.role)
+
+
+def load_traces(
+    path: str | Path, steps: StepOptions | None = None
+) -> tuple[list[RankTrace], list[str], list[str]]:
+    """Read every trace under ``path``: ``(traces, errors, notes)``, one trace per role and
+    rank (sorted so), every record in memory (for timelines; :func:`summarize_path` summarises
+    without that).
+
+    A file that cannot be read is an error naming it, and the others are still read; a folder
+    that cannot be listed is an error too. Several processes of one role and rank are summed as
+    one; a process in several files is used once (:mod:`mstx_marks.analysis.copies`). With
+    ``steps``, each trace's ``steps`` are the ones :func:`mstx_marks.analysis.steps.find_steps`
+    finds.
+    """
+    errors: list[str] = []
+    notes: list[str] = []
+    root = Path(path)
+    if not root.exists():
+        return [], [f"{root}: no such file or folder"], []
+    loaded: list[tuple[Path, list[Copy[RankTrace]]]] = []
+    for file in find_trace_files(root, errors):
+        try:
+            loaded.append((file, [_trace_copy(t) for t in read_trace_file(file)]))
+        except NothingToRead as e:
+            notes.append(str(e))
+        except TraceFileError as e:
+            errors.append(str(e))
+    traces = []
+    for member, group in _select(root, loaded, errors, notes).items():
+        for c in group:
+            c.payload.role = c.role
+        trace = _joined(member, [c.payload for c in group])
+        if steps is not None:
+            found = find_steps(trace, steps)
+            spans = [(s.start_ns, s.end_ns) for s in found]
+            trace = RankTrace(trace.rank, trace.records, spans, trace.source, trace.role)
+        traces.append(trace)
+    return traces, errors, notes
+
+
+# What a worker sends back for one file: the parts, or the message of an error or a note.
+_Result = tuple[str, "list[ProcessPart] | str"]
+
+
+def _part_job(item: tuple[Path, StepOptions]) -> _Result:
+    path, steps = item
+    try:
+        return "ok", part_of_file(path, fold_name, steps)
+    except NothingToRead as e:
+        return "note", str(e)
+    except TraceFileError as e:
+        return "error", str(e)
+    except Exception as e:  # never a traceback for one bad file: name it and read the rest
+        return "error", f"{path}: could not be read ({type(e).__name__}: {e})"
+
+
+def _rank_job(item: tuple[Member, list[tuple[Path, frozenset[int]]], StepOptions]) -> _Result:
+    """One role and rank whose processes are in several files, read again and summed exactly.
+    (A copy may have its role from another copy of the process: the pids pick the copies.)"""
+    member, files, steps = item
+    try:
+        group = [
+            t
+            for path, pids in files
+            for t in read_trace_file(path)
+            if t.rank == member.rank and frozenset(r.pid for r in t.records) == pids
+        ]
+        for t in group:
+            t.role = member.role
+        return "ok", [aggregate_trace(_joined(member, group), fold_name, steps)]
+    except Exception as e:
+        return "error", f"{member.label}: could not be read again ({type(e).__name__}: {e})"
+
+
+def summarize_path(
+    path: str | Path,
+    steps: StepOptions | None = None,
+    jobs: int | None = None,
+    progress: bool = True,
+) -> Summary:
+    """The summary of every trace under ``path``, streamed (``errors`` and ``notes`` filled).
+
+    Files are read by ``jobs`` worker processes (default: one per CPU), each file reduced to a
+    :class:`~mstx_marks.analysis.aggregate.ProcessPart` where it is read; a progress line goes to
+    stderr when there are more than a few files. Workers fold names with the built-in phase registry
+    (pass ``jobs=1`` to fold with phases registered in this process).
+    """
+    steps = steps or StepOptions()
+    errors: list[str] = []
+    notes: list[str] = []
+    root = Path(path)
+    if not root.exists():
+        return Summary([], {}, {}, {}, errors=[f"{root}: no such file or folder"])
+    files = find_trace_files(root, errors)
+    meter = Progress(len(files)) if progress else None
+    loaded: list[tuple[Path, list[Copy[ProcessPart]]]] = []
+    budget = PoolBudget()
+    for (file, _), (status, value) in map_files(
+        _part_job, [(f, steps) for f in files], jobs, meter
+    ):
+        if isinstance(value, str):
+            (notes if status == "note" else errors).append(value)
+            continue
+        for p in value:
+            budget.admit(p)
+        copies = [Copy(p.rank, p.pids, p.n_records, p.source, p.first_ns, p.role, p) for p in value]
+        loaded.append((file, copies))
+    loaded.sort(key=lambda item: item[0])  # workers finish in any order; choose as if in order
+    errors.sort()
+    parts: list[ProcessPart] = []
+    again = []
+    for member, group in _select(root, loaded, errors, notes).items():
+        if len(group) == 1:
+            group[0].payload.role = group[0].role
+            parts.append(group[0].payload)
+        else:
+            files_of_member = [(c.source, c.pids) for c in group if c.source is not None]
+            again.append((member, files_of_member, steps))
+    for _, (_status, value) in map_files(_rank_job, again, jobs):
+        if isinstance(value, str):
+            errors.append(value)
+        else:
+            parts.extend(value)
+    summary = combine(parts)
+    summary.errors, summary.notes = errors, notes
+    return summary
+
+
+def _check_folder(flag: str, file: str | None) -> bool:
+    """Whether ``file``'s folder exists (checked before the work, and not created: a mistyped
+    folder should not appear silently); says why not on stderr."""
+    if not file:
+        return True
+    folder = Path(file).parent
+    if folder.is_dir():
+        return True
+    why = "is not a folder" if folder.exists() else "does not exist"
+    print(f"error: {flag} {file}: the folder {folder} {why}", file=sys.stderr)
+    return False
+
+
+def run_summary(
+    path: str,
+    fmt: str = "table",
+    svg: str | None = None,
+    *,
+    html: str | None = None,
+    trace: str | None = None,
+    steps: StepOptions | None = None,
+    jobs: int | None = None,
+) -> int:
+    """Print the summary of the traces under ``path`` as ``fmt`` (table, csv, json); draw the
+    timeline to ``svg``, write the HTML report to ``html`` and the merged job timeline (Chrome /
+    Perfetto JSON) to ``trace``. Returns the exit code: 0, or 1 when a file or folder could not
+    be read (the others are still summarised) or none was found, or 2 when an output file's
+    folder does not exist (checked first) or it cannot be written."""
+    outputs = (("--svg", svg), ("--html", html), ("--trace", trace))
+    if not all(_check_folder(flag, file) for flag, file in outputs):
+        return 2
+    traces: list[RankTrace] = []
+    if svg or html or trace:  # pictures need every range: read them into memory
+        traces, errors, notes = load_traces(path)
+        summary = summarize(traces, steps=steps)
+        summary.errors, summary.notes = errors, notes
+    else:
+        summary = summarize_path(path, steps, jobs)
+    for note in summary.notes:
+        print(f"note: {note}", file=sys.stderr)
+    for error in summary.errors:
+        print(f"error: {error}", file=sys.stderr)
+    if not summary.step_time_ns:
+        return 1
+    if fmt == "csv":
+        sys.stdout.write(format_csv(summary))
+    elif fmt == "json":
+        print(json.dumps(format_json(summary), indent=1))
+    else:
+        print(format_table(summary))
+    status = _write_outputs(traces, summary, steps or StepOptions(), (svg, html, trace))
+    return status or (1 if summary.errors else 0)
+
+
+def _write_outputs(
+    traces: list[RankTrace],
+    summary: Summary,
+    steps: StepOptions,
+    files: tuple[str | None, str | None, str | None],
+) -> int:
+    from mstx_marks.analysis.merge import write_merged_trace
+    from mstx_marks.analysis.report_html import write_html_report
+    from mstx_marks.analysis.timeline import write_svg
+
+    svg, html, trace = files
+
+    def svg_of(f: str) -> Path:
+        stepped = [
+            RankTrace(t.rank, t.records, [(s.start_ns, s.end_ns) for s in find_steps(t, steps)],
+                      t.source, t.role)
+            for t in traces
+        ]  # fmt: skip
+        return write_svg(f, stepped, fold_name)
+
+    jobs: list[tuple[str, str | None, Callable[[str], Path]]] = [
+        ("--svg", svg, svg_of),
+        ("--html", html, lambda f: write_html_report(f, traces, summary, steps)),
+        ("--trace", trace, lambda f: write_merged_trace(f, traces, steps)),
+    ]
+    status = 0
+    for flag, file, write in jobs:
+        if not file:
+            continue
+        try:
+            print(f"{flag[2:]}: {write(file)}", file=sys.stderr)
+        except OSError as e:
+            print(f"error: {flag} {file}: cannot write it: {e}", file=sys.stderr)
+            status = 2
+    return status

@@ -1,0 +1,194 @@
+"""The summary as a table for people, as CSV and as JSON.
+
+Names are printed with control characters escaped (``\\x1b`` stays four characters, so a name
+cannot move the cursor or colour the terminal); CSV and JSON carry them as they are (both quote).
+
+>>> from mstx_marks.base.records import RangeRecord, RankTrace
+>>> from mstx_marks.analysis.summary import summarize
+>>> t = RankTrace(0, [RangeRecord("gen\\x1b[31m", "default", 0, 10, 1, 1)])
+>>> "gen\\\\x1b[31m" in format_table(summarize([t], fold=str))
+True
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import asdict
+from typing import Any
+
+from mstx_marks.analysis.aggregate import PhaseSummary, Stats, Summary
+from mstx_marks.analysis.quantiles import RELATIVE_ERROR
+from mstx_marks.base.records import Member
+
+__all__ = ["format_csv", "format_json", "format_table", "printable"]
+
+
+def printable(name: str) -> str:
+    """``name`` with every non-printable character as a Python escape.
+
+    >>> printable("a\\tb\\x00"), printable("é ok")
+    ('a\\\\tb\\\\x00', 'é ok')
+    """
+    if name.isprintable():
+        return name
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in name)
+
+
+def _ms(ns: float) -> str:
+    return f"{ns / 1e6:.3f}"
+
+
+def _share(share: float | None) -> str:
+    return "-" if share is None else f"{100 * share:.1f}"
+
+
+def _steps_phrase(summary: Summary, member: Member) -> str:
+    keys = summary.step_keys.get(member, [])
+    count = summary.step_count[member]
+    text = f"rank {member.rank}: {count} steps"
+    if keys:
+        shown = ", ".join(printable(k) for k in keys[:4]) + (", ..." if len(keys) > 4 else "")
+        text += f" ({shown})"
+    return text + f", {_ms(summary.step_time_ns[member])} ms"
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
+
+
+_HEAD = ("rank", "count", "total ms", "mean ms", "p50 ms", "p90 ms", "max ms", "step %")
+
+
+def _rows(phases: list[PhaseSummary], names: dict[str, str], width: int) -> tuple[list[str], bool]:
+    lines, sketched = [], False
+    for p in phases:
+        rows: list[tuple[str, str, Stats]] = [(names[p.name], "all", p.overall)]
+        rows += [("", str(rank), s) for rank, s in p.per_rank.items()]
+        for label, rank, s in rows:
+            nums = (s.total_ns, s.mean_ns, s.p50_ns, s.p90_ns, s.max_ns)
+            line = (
+                f"{label:<{width}} {rank:>4} {s.count:>6} "
+                + " ".join(f"{_ms(v):>10}" for v in nums)
+                + f" {_share(s.step_share):>7}"
+            )
+            if rank == "all":
+                ratio = "-" if p.imbalance is None else f"{p.imbalance:.2f}"
+                line += f"  {ratio} (rank {p.slowest_rank})"
+                if s.percentile_error:
+                    line += " ~"
+                    sketched = True
+            lines.append(line.rstrip())
+    return lines, sketched
+
+
+def format_table(summary: Summary) -> str:
+    """The human-readable table: per phase, an ``all`` row and one row per rank. When the
+    processes have roles, one block per role (``== role ==``), each with its ranks' steps and
+    its phases: a role's figures are never mixed with another's, even on the same rank.
+
+    >>> from mstx_marks.base.records import RangeRecord, RankTrace
+    >>> from mstx_marks.analysis.summary import summarize
+    >>> r = lambda name, s, e: RangeRecord(name, "default", s, e, 1, 1)
+    >>> text = format_table(summarize([
+    ...     RankTrace(0, [r("step", 0, 10**6)], role="TaskRunner"),
+    ...     RankTrace(0, [r("vllm_one_step", 0, 2 * 10**5)], role="EngineCore_DP0")]))
+    >>> for line in text.splitlines()[:3]:
+    ...     print(line)
+    2 roles, 2 processes: EngineCore_DP0 (1 rank), TaskRunner (1 rank)
+    <BLANKLINE>
+    == EngineCore_DP0 == rank 0: 0 steps, 0.200 ms
+    >>> [line for line in text.splitlines() if line.startswith("==")][1]
+    '== TaskRunner == rank 0: 1 steps, 1.000 ms'
+    """
+    names = {p.name: printable(p.name) for p in summary.phases}
+    width = max([len("phase"), *(len(n) for n in names.values())])
+    header = (
+        f"{'phase':<{width}} {_HEAD[0]:>4} {_HEAD[1]:>6} "
+        + " ".join(f"{h:>10}" for h in _HEAD[2:7])
+        + f" {_HEAD[7]:>7}  imbalance (slowest rank)"
+    )
+    roles = summary.roles
+    if roles in ([], [""]):  # no process has a role: one table, as by rank alone
+        members = summary.members()
+        lines = [
+            f"{len(members)} rank(s); steps and step time: "
+            + ", ".join(_steps_phrase(summary, m) for m in members),
+            header,
+        ]
+        rows, sketched = _rows(summary.phases, names, width)
+        lines += rows
+    else:
+        members = summary.members()
+        lines = [
+            f"{len(roles)} roles, {len(members)} processes: "
+            + ", ".join(
+                f"{printable(role) or '(no role)'} ({_count(len(summary.members(role)), 'rank')})"
+                for role in roles
+            )
+        ]
+        sketched = False
+        for role in roles:
+            steps = ", ".join(_steps_phrase(summary, m) for m in summary.members(role))
+            lines += ["", f"== {printable(role) or '(no role)'} == {steps}", header]
+            rows, more = _rows(summary.phases_of(role), names, width)
+            lines += rows or ["(no ranges)"]
+            sketched = sketched or more
+    if sketched:
+        lines.append(
+            f"~ p50/p90 of this 'all' row are within {100 * RELATIVE_ERROR:g}% (merged "
+            "per-rank sketches); every other figure is exact"
+        )
+    return "\n".join(lines)
+
+
+_CSV_FIELDS = (
+    "phase", "rank", *Stats.__dataclass_fields__, "imbalance", "slowest_rank", "role"
+)  # fmt: skip
+
+
+def format_csv(summary: Summary) -> str:
+    """One CSV row per role, phase and rank (``rank`` is ``all`` for the row across the role's
+    ranks; ``role`` is the last column, empty when unknown)."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(_CSV_FIELDS)
+    for p in summary.phases:
+        row = [p.name, "all", *asdict(p.overall).values(), p.imbalance, p.slowest_rank, p.role]
+        writer.writerow(row)
+        for rank, s in p.per_rank.items():
+            writer.writerow([p.name, rank, *asdict(s).values(), "", "", p.role])
+    return out.getvalue()
+
+
+def format_json(summary: Summary) -> dict[str, Any]:
+    """The summary as plain JSON data (durations nanoseconds). ``ranks`` is keyed by role and
+    rank, ``ROLE:RANK`` (just ``RANK`` when the role is unknown), each with its ``role`` and
+    ``rank``; each phase is one role's (its ``role``), its ``ranks`` keyed by that role's ranks."""
+    return {
+        "roles": summary.roles,
+        "ranks": {
+            m.key: {
+                "role": m.role,
+                "rank": m.rank,
+                "source": summary.sources[m],
+                "steps": summary.step_count[m],
+                "step_keys": summary.step_keys.get(m, []),
+                "step_time_ns": summary.step_time_ns[m],
+            }
+            for m in summary.members()
+        },
+        "phases": [
+            {
+                "name": p.name,
+                "role": p.role,
+                "all": asdict(p.overall),
+                "ranks": {str(rank): asdict(s) for rank, s in p.per_rank.items()},
+                "imbalance": p.imbalance,
+                "slowest_rank": p.slowest_rank,
+            }
+            for p in summary.phases
+        ],
+        "errors": summary.errors,
+        "notes": summary.notes,
+    }

@@ -1,0 +1,296 @@
+"""A timeline picture of recorded ranges: plain SVG, built with the standard library.
+
+One row per rank, and inside a row one track per thread. In a track, a range goes below every
+range that contains it, so a step, its phases and their sub-phases stack up; ranges that overlap
+without nesting (asyncio tasks gathered on one thread) get lanes of their own instead of hiding
+each other. Lanes are labelled (the rank, and the thread or the lane when there are several).
+Marks named ``X_start`` and ``X_stop`` are drawn as the range ``X``, as msprof-analyze pairs
+them. Each phase name has one colour (see the legend), step starts are dashed lines, a bar is at
+least one pixel wide however short its range, and a range still open when it was read has a dashed
+outline and hatching. Hovering a bar shows its name, thread and duration. Bars are
+``<rect class="range">`` with ``data-rank``, ``data-thread``, ``data-lane``, ``data-name``,
+``data-start-ns`` and ``data-end-ns`` (and ``data-open`` when open), so the file can be checked
+as data as well as looked at.
+
+>>> from mstx_marks.base.records import RangeRecord
+>>> from mstx_marks.export import RankTrace
+>>> svg = render_svg([RankTrace(0, [RangeRecord("gen", "default", 0, 5, 1, 1)])])
+>>> svg.startswith("<svg") and svg.count('class="range"')
+1
+"""
+
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+import zlib
+from pathlib import Path
+from typing import Callable, Sequence
+
+from mstx_marks.analysis.mark_pairs import pair_marks
+from mstx_marks.base.records import RangeRecord, RankTrace
+from mstx_marks.export import atomic_write_bytes
+
+__all__ = ["MIN_BAR_PX", "assign_lanes", "render_svg", "write_svg"]
+
+_WIDTH = 1400
+_LEFT = 150  # the lane labels: "rank N", then "thread T" or "lane K" right-aligned
+_RIGHT = 20
+_TOP = 40
+_LANE = 16
+_TRACK_GAP = 4  # between the threads of one rank
+#: The narrowest bar, in pixels: a range far shorter than a pixel still shows.
+MIN_BAR_PX = 1.0
+_ROW_GAP = 12
+_AXIS = 36
+_LEGEND_ROW = 20
+_PALETTE = (
+    "#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948",
+    "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac", "#1f77b4", "#d62728",
+)  # fmt: skip
+# Characters XML 1.0 cannot hold (ElementTree writes them as they are, making the file unreadable);
+# range names may contain them, as may lone surrogates, which cannot even be encoded.
+_NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def _xml_text(text: str) -> str:
+    return _NOT_XML.sub("\ufffd", text)
+
+
+def _color(index: int, name: str) -> str:
+    if index < len(_PALETTE):
+        return _PALETTE[index]
+    return f"hsl({zlib.crc32(name.encode()) % 360}, 55%, 55%)"
+
+
+def assign_lanes(ranges: list[RangeRecord]) -> list[tuple[RangeRecord, int]]:
+    """Each range with its lane, in start order: the first lane below every range that contains
+    it (by time, as msprof-analyze nests) where it overlaps nothing already placed.
+
+    Properly nested ranges get their nesting depth; a range that overlaps another without
+    nesting in it (another task on the same thread) goes to a lane of its own.
+
+    >>> r = lambda s, e: RangeRecord("x", "default", s, e, 1, 1)
+    >>> [lane for _, lane in assign_lanes([r(0, 100), r(10, 40), r(20, 30), r(50, 90)])]
+    [0, 1, 2, 1]
+    >>> [lane for _, lane in assign_lanes([r(0, 100), r(10, 60), r(30, 90)])]  # 30-90 overlaps
+    [0, 1, 2]
+    """
+    out: list[tuple[RangeRecord, int]] = []
+    lane_end: list[int] = []  # per lane, the latest end among the ranges placed in it
+    alive: list[tuple[int, int]] = []  # (end, lane) of placed ranges that may contain later ones
+    for r in sorted(ranges, key=lambda r: (r.start_ns, -r.end_ns)):
+        # Ranges come in start order, so one that ended before this start contains nothing more.
+        alive = [(end, lane) for end, lane in alive if end >= r.start_ns]
+        below = 1 + max((lane for end, lane in alive if end >= r.end_ns), default=-1)
+        lane = next((i for i in range(below, len(lane_end)) if lane_end[i] <= r.start_ns), None)
+        if lane is None:  # containers sit in existing lanes, so below <= len(lane_end)
+            lane = len(lane_end)
+            lane_end.append(r.end_ns)
+        lane_end[lane] = r.end_ns  # free lanes ended by this start, so this end is the latest
+        out.append((r, lane))
+        alive.append((r.end_ns, lane))
+    return out
+
+
+class _Track:
+    """One thread of one rank: its ranges, laid out in lanes."""
+
+    def __init__(self, pid: int, thread: int, ranges: list[RangeRecord]) -> None:
+        self.pid, self.thread = pid, thread
+        self.bars = assign_lanes(ranges)
+        self.lanes = 1 + max((lane for _, lane in self.bars), default=0)
+
+
+def _tracks(trace: RankTrace) -> list[_Track]:
+    """The rank's threads (by process and thread id), in order of their first range."""
+    by_thread: dict[tuple[int, int], list[RangeRecord]] = {}
+    for r in sorted(trace.ranges, key=lambda r: r.start_ns):
+        by_thread.setdefault((r.pid, r.thread), []).append(r)
+    return [_Track(pid, thread, ranges) for (pid, thread), ranges in by_thread.items()]
+
+
+def _paired(trace: RankTrace) -> RankTrace:
+    """``X_start``/``X_stop`` marks drawn as the range ``X`` (see
+    :mod:`mstx_marks.analysis.mark_pairs`)."""
+    records = pair_marks(trace.records)
+    return RankTrace(trace.rank, records, trace.steps, trace.source, trace.role)
+
+
+def _tick_step(span_ns: int) -> int:
+    raw = span_ns / 6
+    step = 1
+    while step * 10 <= raw:
+        step *= 10
+    for mult in (1, 2, 5, 10):
+        if step * mult >= raw:
+            return step * mult
+    return step * 10
+
+
+def _time_label(ns: int) -> str:
+    return f"{ns / 1e9:g} s" if ns >= 10**9 else f"{ns / 1e6:g} ms"
+
+
+def _line(parent: ET.Element, cls: str, x1: float, x2: float, y1: float, y2: float) -> ET.Element:
+    coords = {"x1": x1, "x2": x2, "y1": y1, "y2": y2}
+    return ET.SubElement(parent, "line", {"class": cls, **{k: str(v) for k, v in coords.items()}})
+
+
+def render_svg(
+    traces: Sequence[RankTrace],
+    name_of: Callable[[str], str] = str,
+    title: str = "mstx_marks timeline",
+) -> str:
+    """The SVG document for ``traces``; ``name_of`` folds range names (colours and legend)."""
+    traces = sorted((_paired(t).with_steps() for t in traces), key=lambda t: t.member)
+    laid = [(t, _tracks(t)) for t in traces]
+    every = [r for t in traces for r in t.ranges]
+    t0 = min((r.start_ns for r in every), default=0)
+    span = max(max((r.end_ns for r in every), default=t0) - t0, 1)
+    plot_w = _WIDTH - _LEFT - _RIGHT
+    any_open = any(r.open for r in every)
+
+    def x(ns: int) -> float:
+        return round(_LEFT + (ns - t0) * plot_w / span, 2)
+
+    colors: dict[str, str] = {}
+    for r in sorted(every, key=lambda r: r.start_ns):
+        name = _xml_text(name_of(r.name))
+        colors.setdefault(name, _color(len(colors), name))
+
+    svg = ET.Element("svg", xmlns="http://www.w3.org/2000/svg", width=str(_WIDTH))
+    ET.SubElement(svg, "style").text = (
+        "text{font:12px sans-serif;fill:#222}.axis{stroke:#999}.step{stroke:#333;"
+        "stroke-dasharray:4 3}rect.range{stroke:#fff;stroke-width:0.3}"
+        "rect.range[data-open]{stroke:#111;stroke-width:1;stroke-dasharray:3 2}"
+        ".open-hatch{fill:url(#open-hatch);pointer-events:none}"
+        "text.lane-label{font-size:9px;fill:#666}"
+    )
+    if any_open:
+        defs = ET.SubElement(svg, "defs")
+        pattern = ET.SubElement(
+            defs,
+            "pattern",
+            id="open-hatch",
+            width="6",
+            height="6",
+            patternUnits="userSpaceOnUse",
+            patternTransform="rotate(45)",
+        )
+        stripe = {"x1": "0", "y1": "0", "x2": "0", "y2": "6", "stroke": "#000"}
+        ET.SubElement(pattern, "line", {**stripe, "stroke-width": "2", "stroke-opacity": "0.45"})
+    ET.SubElement(svg, "text", x=str(_LEFT), y="22", style="font-size:15px").text = _xml_text(title)
+    y = _TOP
+    for trace, tracks in laid:
+        if not tracks:
+            tracks = [_Track(0, 0, [])]
+        tops, height = [], 0
+        for track in tracks:
+            tops.append(y + height)
+            height += track.lanes * _LANE + _TRACK_GAP
+        height -= _TRACK_GAP
+        row = ET.SubElement(svg, "g", {"class": "rank", "data-rank": str(trace.rank),
+                                       **({"data-role": trace.role} if trace.role else {})})
+        label = ET.SubElement(row, "text", {"class": "rank-label", "x": "8", "y": str(y + 12)})
+        label.text = _xml_text(trace.member.label)  # by role, then rank
+        several_threads = len(tracks) > 1
+        several_pids = len({t.pid for t in tracks}) > 1
+        for track, top in zip(tracks, tops):
+            if not several_threads and track.lanes == 1:
+                continue
+            # On a rank with one thread, its first lane is the rank's: the rank label says it.
+            for lane in range(0 if several_threads else 1, track.lanes):
+                if lane == 0:
+                    who = f"{track.pid}/{track.thread}" if several_pids else str(track.thread)
+                    text = f"thread {who}"
+                else:
+                    text = f"lane {lane}"
+                ET.SubElement(
+                    row,
+                    "text",
+                    {
+                        "class": "lane-label",
+                        "data-rank": str(trace.rank),
+                        "data-thread": str(track.thread),
+                        "data-lane": str(lane),
+                        "x": str(_LEFT - 4),
+                        "y": str(top + lane * _LANE + 11),
+                        "text-anchor": "end",
+                    },
+                ).text = text
+        bars = [(r, lane, top) for track, top in zip(tracks, tops) for r, lane in track.bars]
+        for r, lane, top in sorted(bars, key=lambda b: (b[0].start_ns, -b[0].end_ns)):
+            name = _xml_text(name_of(r.name))
+            geometry = {
+                "x": str(x(r.start_ns)),
+                "y": str(top + lane * _LANE),
+                "width": str(round(max(x(r.end_ns) - x(r.start_ns), MIN_BAR_PX), 2)),
+                "height": str(_LANE - 2),
+            }
+            attrs = {
+                "class": "range",
+                "data-rank": str(trace.rank),
+                "data-thread": str(r.thread),
+                "data-lane": str(lane),
+                "data-name": name,
+                "data-start-ns": str(r.start_ns),
+                "data-end-ns": str(r.end_ns),
+                **geometry,
+                "fill": colors[name],
+            }
+            if r.open:
+                attrs["data-open"] = "true"
+            bar = ET.SubElement(row, "rect", attrs)
+            tip = (
+                f"{_xml_text(r.name)} ({_xml_text(trace.member.label)}): "
+                f"{(r.end_ns - r.start_ns) / 1e6:.3f} ms, thread {r.thread}"
+            )
+            if r.open:
+                tip += ", open: still running when read (drawn up to the read)"
+            ET.SubElement(bar, "title").text = tip
+            if r.open:
+                ET.SubElement(row, "rect", {"class": "open-hatch", **geometry})
+        for i, (start, _) in enumerate(trace.steps, start=1):
+            _line(row, "step", x(start), x(start), y - 4, y + height).set("data-step", str(i))
+            step_label = ET.SubElement(row, "text", x=str(x(start) + 2), y=str(y - 1))
+            step_label.set("style", "font-size:9px")
+            step_label.text = f"step {i}"
+        y += height + _ROW_GAP + 8
+
+    axis = ET.SubElement(svg, "g", {"class": "time-axis"})
+    _line(axis, "axis", _LEFT, _LEFT + plot_w, y, y)
+    tick = _tick_step(span)
+    for t in range(0, span + 1, tick):
+        _line(axis, "axis", x(t0 + t), x(t0 + t), y, y + 5)
+        tick_label = ET.SubElement(axis, "text", {"x": str(x(t0 + t)), "y": str(y + 18)})
+        tick_label.set("text-anchor", "middle")
+        tick_label.text = _time_label(t)
+    y += _AXIS
+
+    legend = ET.SubElement(svg, "g", {"class": "legend"})
+    lx = float(_LEFT)
+    items = [(name, color, "legend-item") for name, color in colors.items()]
+    if any_open:
+        items.append(("open: still running when read", "#bbb", "legend-open"))
+    for name, color, cls in items:
+        item_w = 24 + 7 * len(name)
+        if lx + item_w > _WIDTH - _RIGHT:
+            lx, y = float(_LEFT), y + _LEGEND_ROW
+        item = ET.SubElement(legend, "g", {"class": cls, "data-name": name})
+        box = {"x": str(lx), "y": str(y), "width": "12", "height": "12"}
+        ET.SubElement(item, "rect", {**box, "fill": color})
+        if cls == "legend-open":
+            ET.SubElement(item, "rect", {"class": "open-hatch", **box})
+        ET.SubElement(item, "text", x=str(lx + 16), y=str(y + 11)).text = name
+        lx += item_w
+    svg.set("height", str(y + _LEGEND_ROW + 10))
+    svg.set("viewBox", f"0 0 {_WIDTH} {y + _LEGEND_ROW + 10}")
+    return ET.tostring(svg, encoding="unicode")
+
+
+def write_svg(
+    path: str | Path, traces: Sequence[RankTrace], name_of: Callable[[str], str] = str
+) -> Path:
+    """Write :func:`render_svg` of ``traces`` to ``path`` atomically and return the path."""
+    return atomic_write_bytes(path, render_svg(traces, name_of).encode())

@@ -1,0 +1,80 @@
+"""How the library speaks to the user: one warning category, pointed at the user's own line.
+
+Every warning mstx_marks gives is a :class:`MstxMarksWarning`, so one filter silences or
+escalates them all, and each names the line of user code that led to it rather than a line
+inside the library. A warning never raises into the workload: under ``python -W error`` (or a
+filter that turns ours into errors) it is printed to stderr instead, because the code that
+warns is often the hot path of a range start.
+
+>>> import warnings
+>>> with warnings.catch_warnings(record=True) as caught:
+...     warnings.simplefilter("always")
+...     warn("something degraded")
+>>> caught[0].category.__name__, str(caught[0].message)
+('MstxMarksWarning', 'mstx_marks: something degraded')
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import threading
+import warnings
+from collections.abc import Hashable
+from types import FrameType
+
+__all__ = ["MstxMarksWarning", "forget_warnings", "warn", "warn_once"]
+
+# The package folder (this file is in base/): frames under it are ours, not the user's.
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+# `with mark(...)` reached through ExitStack runs our code from contextlib's frames.
+_CONTEXTLIB = contextlib.__file__
+_said: set[Hashable] = set()
+# Reentrant: a signal handler that warns may interrupt its own thread holding it.
+_said_lock = threading.RLock()
+
+
+class MstxMarksWarning(UserWarning):
+    """The category of every warning mstx_marks gives.
+
+    Silence them with ``-W ignore::mstx_marks.MstxMarksWarning``.
+    """
+
+
+def _user_stacklevel() -> int:
+    """The ``stacklevel`` for ``warnings.warn`` called from :func:`warn` that lands on the first
+    frame outside this package (wrappers, contextlib and the library's own layers skipped)."""
+    level = 2  # warn()'s caller
+    frame: FrameType | None = sys._getframe(2)
+    while frame is not None and (
+        frame.f_code.co_filename.startswith(_PACKAGE_DIR) or frame.f_code.co_filename == _CONTEXTLIB
+    ):
+        frame = frame.f_back
+        level += 1
+    return level
+
+
+def warn(message: str, category: type[Warning] = MstxMarksWarning) -> None:
+    """Warn ``mstx_marks: message`` at the user's line; never raise, whatever the filters."""
+    text = message if message.startswith("mstx_marks: ") else f"mstx_marks: {message}"
+    try:
+        warnings.warn(text, category, stacklevel=_user_stacklevel())
+    except Exception:  # -W error, or a filter that raises: still say it, but do not break
+        with contextlib.suppress(Exception):
+            print(f"{category.__name__}: {text}", file=sys.stderr)
+
+
+def warn_once(key: Hashable, message: str, category: type[Warning] = MstxMarksWarning) -> None:
+    """:func:`warn`, the first time ``key`` is seen in this process only."""
+    with _said_lock:
+        if key in _said:
+            return
+        _said.add(key)
+    warn(message, category)
+
+
+def forget_warnings() -> None:
+    """Let every :func:`warn_once` speak again. For tests."""
+    with _said_lock:
+        _said.clear()

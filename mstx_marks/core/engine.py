@@ -1,0 +1,200 @@
+"""The engine under every range: start a range through a gate, end it, and wrap a function of
+any kind so that each call is one range. :mod:`.ranges` builds the user API on it, and the
+presets and instrumentation use it for ranges they open and close in two places (hooks).
+
+A backend call that raises is contained here (:func:`mstx_marks.core.routing.fault`): the
+user's own code and exceptions pass through untouched.
+
+>>> from mstx_marks.core.routing import gate
+>>> end, handle = begin(None, gate("verl"), "update_actor", "verl")
+>>> finish(end, handle, "verl")
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import AsyncGenerator, Generator, Mapping
+from typing import Any, Callable, TypeVar
+
+from mstx_marks.backends.base import EndFn
+from mstx_marks.core.routing import Gate, attach, fault, resolve
+from mstx_marks.core.sampling import Decisions, Policy
+
+__all__ = ["ArgsGate", "begin", "finish", "rewrap", "target_name", "wrap_function"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def begin(
+    decide: Decisions | None, gate: Gate | ArgsGate, name: str, domain: str
+) -> tuple[Any, Any]:
+    """Start a range: returns the ``end`` call to make and the handle to give it."""
+    if (decide is not None and not next(decide)) or (start := gate.start) is None:
+        return None, 0
+    end = gate.end
+    try:
+        return end, start(name, domain)
+    except Exception as exc:
+        return end, fault(start, exc)
+
+
+def finish(end: EndFn, handle: Any, domain: str) -> None:
+    if handle:
+        try:
+            end(handle, domain)
+        except Exception as exc:
+            fault(end, exc)
+
+
+def wrap_function(
+    func: Callable[..., Any], name: str, domain: str, gate: Gate | ArgsGate, sample: Policy | None
+) -> Callable[..., Any]:
+    """Wrap a function of any kind so that each call (or each run of its body) is one range."""
+    import inspect  # here, not at import: it loads ast, dis and tokenize (~8 ms)
+
+    decide = None if sample is None else sample.decisions()
+
+    if inspect.isasyncgenfunction(func):
+
+        @functools.wraps(func)
+        async def agen_wrapper(*args: Any, **kwargs: Any) -> AsyncGenerator[Any, Any]:
+            agen = func(*args, **kwargs)
+            end, handle = begin(decide, gate, name, domain)
+            try:
+                step = agen.__anext__()
+                while True:
+                    try:
+                        item = await step
+                    except StopAsyncIteration:
+                        return
+                    try:
+                        sent = yield item
+                    except GeneratorExit:
+                        await agen.aclose()
+                        raise
+                    except BaseException as exc:
+                        step = agen.athrow(exc)
+                    else:
+                        step = agen.asend(sent)
+            finally:
+                finish(end, handle, domain)
+
+        return agen_wrapper
+
+    if inspect.isgeneratorfunction(func):
+
+        @functools.wraps(func)
+        def gen_wrapper(*args: Any, **kwargs: Any) -> Generator[Any, Any, Any]:
+            end, handle = begin(decide, gate, name, domain)
+            try:
+                return (yield from func(*args, **kwargs))
+            finally:
+                finish(end, handle, domain)
+
+        return gen_wrapper
+
+    if inspect.iscoroutinefunction(func):
+
+        @functools.wraps(func)
+        async def coro_wrapper(*args: Any, **kwargs: Any) -> Any:
+            end, handle = begin(decide, gate, name, domain)
+            try:
+                return await func(*args, **kwargs)
+            finally:
+                finish(end, handle, domain)
+
+        return coro_wrapper
+
+    # The plain-function wrapper is the hot path: begin/finish are inlined here because two more
+    # Python calls per call would cost about half again the whole wrapper (benchmarks/overhead.py).
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        start = gate.start
+        if start is None:
+            return func(*args, **kwargs)
+        end = gate.end
+        try:
+            handle = start(name, domain)
+        except Exception as exc:
+            handle = fault(start, exc)
+        try:
+            return func(*args, **kwargs)
+        finally:
+            if handle:
+                try:
+                    end(handle, domain)
+                except Exception as exc:
+                    fault(end, exc)
+
+    if decide is None:
+        return wrapper
+
+    # Sampling sits in front of the range wrapper: unsampled functions pay nothing for it, and
+    # a sampled-out call costs one decision.
+    @functools.wraps(func)
+    def sampled(*args: Any, **kwargs: Any) -> Any:
+        if next(decide):
+            return wrapper(*args, **kwargs)
+        return func(*args, **kwargs)
+
+    return sampled
+
+
+def rewrap(target: F, wrap: Callable[[Callable[..., Any]], Callable[..., Any]]) -> F:
+    """``wrap`` a function, or the function inside a staticmethod/classmethod, keeping its kind.
+
+    >>> rewrap(staticmethod(len), lambda f: f).__func__ is len
+    True
+    """
+    if isinstance(target, (staticmethod, classmethod)):
+        return type(target)(wrap(target.__func__))  # type: ignore[return-value,unused-ignore]
+    if not callable(target):
+        raise TypeError(f"can only wrap a function or method, not {target!r}")
+    return wrap(target)  # type: ignore[return-value]
+
+
+def target_name(target: Any) -> str:
+    func = getattr(target, "__func__", target)
+    return getattr(func, "__qualname__", None) or getattr(func, "__name__", None) or repr(func)
+
+
+class ArgsGate:
+    """A gate whose ranges also keep ``args``: what ``mark(name, args=...)`` reads instead of the
+    shared gate. It follows the shared gate's settings at each use; ranges without args never
+    pay for it."""
+
+    __slots__ = ("_gate", "args")
+
+    def __init__(self, g: Gate, args: Mapping[str, Any]) -> None:
+        self._gate, self.args = g, args
+
+    @property
+    def domain(self) -> str:
+        return self._gate.domain
+
+    @property
+    def stream(self) -> object:
+        return self._gate.stream
+
+    @property
+    def end(self) -> EndFn:
+        return self._gate.end
+
+    @property
+    def start(self) -> Callable[[str, str], Any] | None:
+        resolve()  # the first-use stand-in's handles are not the recorder's
+        real = self._gate.start
+        if real is None:
+            return None
+        args = self.args
+
+        def start(name: str, domain: str) -> Any:
+            try:
+                handle = real(name, domain)
+            except Exception as exc:
+                return fault(real, exc)
+            if handle:
+                attach(handle, args)
+            return handle
+
+        return start

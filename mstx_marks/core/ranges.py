@@ -1,0 +1,502 @@
+"""The user API: ``mark`` (context manager and decorator), ``mstx_range`` and ``instant``.
+
+>>> from mstx_marks import configure, mark, mstx_range
+>>> configure(backend="record")
+>>> @mstx_range("update_actor", domain="verl")
+... def update(batch):
+...     return batch * 2
+>>> with mark("step"):
+...     update(21)
+42
+
+Every range carries its own id from start to end: no push/pop stack, no contextvars. So ranges
+nest and interleave freely across threads, asyncio tasks and generators, and one ``mark`` object
+may be entered many times at once.
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+import threading
+from collections.abc import Mapping, MutableMapping
+from threading import get_ident
+from time import perf_counter
+from types import FrameType
+from typing import Any, Callable, Tuple, TypeVar, Union, overload
+
+from mstx_marks.backends.base import EndFn
+from mstx_marks.base import env
+from mstx_marks.base.names import SAFE_CHARS, check_name, fit_name
+from mstx_marks.base.phases import Phase
+from mstx_marks.core.engine import ArgsGate, begin, finish, rewrap, target_name, wrap_function
+from mstx_marks.core.routing import Gate, fault, gate, host_gates, instant_with_args
+from mstx_marks.core.sampling import Decisions, Policy
+
+__all__ = ["Mark", "Range", "Timed", "instant", "mark", "mstx_range"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+Name = Union[str, Phase]
+
+# Reentrant: a signal handler entering a shared Mark may interrupt its own thread holding it.
+_overflow_lock = threading.RLock()
+
+
+def _site_name(name: object, domain: str | None) -> tuple[str, str | None]:
+    """Name and domain of a range given by a str or a Phase (whose domain an explicit one beats)."""
+    if isinstance(name, Phase):
+        return name.name, name.domain if domain is None else domain
+    return fit_name(name), domain
+
+
+def _gate(domain: str | None, stream: object) -> Gate:
+    try:
+        found = host_gates.get(domain) if stream is None else None
+    except TypeError:  # an unhashable domain; gate() says what is wrong with it
+        found = None
+    return gate(domain, stream) if found is None else found
+
+
+#: One entry of a shared Mark beyond its first: the frame that entered, its handle and end.
+_Entry = Tuple[FrameType, Any, Any]
+
+
+class Mark:
+    """A range definition: a context manager whose every entry is one range, and a decorator.
+
+    Built by :func:`mark` and :func:`mstx_range`. One object may be reused, nested in itself and
+    entered from many threads and tasks at once: each entry is its own range. While nothing
+    listens (the gate is closed) an entry keeps no record, so one exception remains: an entry
+    made while closed, whose exit comes after ``configure`` opened the gate and another entry of
+    the same object started, ends that other entry's range (once, early) instead of nothing.
+
+    >>> from mstx_marks import configure
+    >>> configure(backend="record")
+    >>> step = Mark("step")
+    >>> with step:
+    ...     with step:
+    ...         pass
+    """
+
+    __slots__ = (
+        "_decide",
+        "_end",
+        "_frame",
+        "_gate",
+        "_more",
+        "_rid",
+        "_sample",
+        "domain",
+        "name",
+    )
+
+    def __init__(
+        self,
+        name: Name,
+        *,
+        domain: str | None = None,
+        stream: object = None,
+        sample: Policy | None = None,
+        args: Mapping[str, Any] | None = None,
+    ) -> None:
+        if type(name) is not str or not 0 < len(name) <= SAFE_CHARS or not name.isprintable():
+            name, domain = _site_name(name, domain)
+        base = _gate(domain, stream)
+        g: Gate | ArgsGate = base
+        if args is not None:
+            if not isinstance(args, Mapping):
+                raise TypeError(f"args must be a mapping such as a dict, got {args!r}")
+            g = ArgsGate(base, args)
+        self.name = name
+        self.domain = g.domain
+        self._gate = g
+        self._rid: Any = None  # None: no entry holds the fast slot
+        self._frame: FrameType | None = None
+        # Entries made while the slot was held, by the thread that made them, newest last.
+        self._more: dict[int, list[_Entry]] | None = None
+        self._sample = sample
+        self._decide: Decisions | None = None
+        if sample is not None:
+            if not isinstance(sample, Policy):
+                raise TypeError(
+                    f"sample must be a sampling policy (every, first...), got {sample!r}"
+                )
+            self._decide = sample.decisions()
+
+    def __enter__(self) -> Mark:
+        start = self._gate.start
+        decide = self._decide
+        if start is None:
+            if decide is not None:
+                next(decide)  # calls count whether or not anything listens, as for decorators
+            if self._rid is None and not self._more:
+                # Nothing listens and no entry of this object is in flight: no range, and no
+                # bookkeeping (no frame read, no slot), so a switched-off `with` costs what
+                # nvtx's does. Its exit finds the slot empty and does nothing.
+                return self
+            end, handle = None, 0
+        elif decide is not None and not next(decide):
+            end, handle = None, 0
+        else:
+            end = self._gate.end
+            try:
+                handle = start(self.name, self.domain)
+            except Exception as exc:
+                handle = fault(start, exc)
+        # The first entry keeps its range in a slot, with the frame that entered it; claiming the
+        # slot is a check and stores with no call between them, which the GIL does not split.
+        # Later entries (nested, other threads, tasks, generators, hooks) go to `_more`.
+        if self._rid is None and not self._more:
+            # `or 0`: a backend may say "not recorded" with None, which would free the slot.
+            self._rid, self._end, self._frame = handle or 0, end, sys._getframe(1)
+        else:
+            with _overflow_lock:
+                if self._more is None:
+                    self._more = {}
+                self._more.setdefault(get_ident(), []).append((sys._getframe(1), handle, end))
+        return self
+
+    def _pick(self, frame: FrameType) -> tuple[Any, Any]:
+        """The entry an exit from ``frame`` closes, with other entries in flight: the newest one
+        this frame entered; else this thread's newest (enter and exit in two hooks); else the
+        slot; else another thread's newest (entered there, exited here)."""
+        more = self._more or {}
+        tid = get_ident()
+        mine = more.get(tid)
+        chosen: _Entry | None = None
+        if mine:
+            for i in range(len(mine) - 1, -1, -1):
+                if mine[i][0] is frame:
+                    chosen = mine.pop(i)
+                    break
+        if chosen is None and self._rid is not None and self._frame is frame:
+            return self._take_slot()
+        if chosen is None and mine:
+            chosen = mine.pop()
+        if chosen is None:
+            if self._rid is not None:
+                return self._take_slot()
+            tid, mine = next(((t, m) for t, m in more.items() if m), (tid, None))
+            if not mine:
+                return 0, None
+            chosen = mine.pop()
+        if not mine:
+            more.pop(tid, None)
+        return chosen[1], chosen[2]
+
+    def _take_slot(self) -> tuple[Any, Any]:
+        handle, end = self._rid, self._end
+        self._rid = self._frame = None
+        return handle, end
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._more:
+            frame = sys._getframe(1)
+            with _overflow_lock:
+                for _ in range(3):  # a signal handler that used this Mark meanwhile: look again
+                    try:
+                        handle, end = self._pick(frame)
+                        break
+                    except (IndexError, RuntimeError):
+                        continue
+                else:
+                    handle, end = 0, None
+        else:
+            handle = self._rid
+            if handle is None:  # an entry made while nothing listened
+                return
+            self._rid = self._frame = None
+            end = self._end if handle else None
+        if handle:
+            try:
+                end(handle, self.domain)
+            except Exception as exc:
+                fault(end, exc)
+
+    def __call__(self, func: F) -> F:
+        return rewrap(func, self.wrap)
+
+    def wrap(self, func: Callable[..., Any]) -> Callable[..., Any]:
+        """``func`` (a plain, coroutine, generator or async generator function) wrapped so that
+        each call is one range of this definition; what the decorator does, minus the handling of
+        ``staticmethod``/``classmethod`` objects.
+
+        >>> from mstx_marks import configure
+        >>> configure(backend="record")
+        >>> Mark("forward").wrap(abs)(-2)
+        2
+        """
+        return wrap_function(func, self.name, self.domain, self._gate, self._sample)
+
+    def start(self, *, sampled: bool = True) -> Range:
+        """Start one range now and return it; its :meth:`Range.end` may run anywhere later.
+
+        For code that cannot wrap a block, such as a module's forward pre- and post-hooks:
+
+        >>> from mstx_marks import configure
+        >>> configure(backend="record")
+        >>> r = mark("forward").start()
+        >>> r.end()
+
+        With ``sampled=False`` the range starts whatever the sampling policy says, without
+        counting a call: for hooks whose caller already made the decision.
+        """
+        decide = self._decide if sampled else None
+        end, handle = begin(decide, self._gate, self.name, self.domain)
+        return Range(end, handle, self.domain)
+
+    def __reduce__(self) -> tuple[Callable[..., Mark], tuple[Any, ...]]:
+        args = self._gate.args if isinstance(self._gate, ArgsGate) else None
+        return (_rebuild, (self.name, self.domain, self._gate.stream, self._sample, args))
+
+    def __repr__(self) -> str:
+        return f"Mark({self.name!r}, domain={self.domain!r})"
+
+
+class Range:
+    """One range started by :meth:`Mark.start`; ``end()`` ends it once, later calls do nothing."""
+
+    __slots__ = ("_domain", "_end", "_handle")
+
+    def __init__(self, end: EndFn | None, handle: Any, domain: str) -> None:
+        self._end, self._handle, self._domain = end, handle, domain
+
+    def end(self) -> None:
+        """End the range (from any thread); a second call does nothing."""
+        handle, self._handle = self._handle, 0
+        finish(self._end, handle, self._domain)  # type: ignore[arg-type]
+
+
+def _rebuild(
+    name: str,
+    domain: str,
+    stream: object,
+    sample: Policy | None,
+    args: Mapping[str, Any] | None = None,
+) -> Mark:
+    return Mark(name, domain=domain, stream=stream, sample=sample, args=args)
+
+
+# Host ranges built per use are cached per domain: `with mark("x")` in a loop then costs a dict
+# lookup instead of building and checking an object (entries of a shared Mark stay separate).
+# Sampled ones are cached per call site too, so that each `with mark(..., sample=every(10))`
+# line counts its own calls as a prebuilt mark would. The cache is bounded: past _MAX_CACHED
+# sites in one domain the oldest quarter is dropped (insertion order; no bookkeeping per hit).
+_MAX_CACHED = 16_384
+_cached: dict[str | None, dict[Any, Mark]] = {None: {}}
+
+
+def _cached_site(name: Name, domain: str | None, sample: Policy | None, depth: int) -> Mark:
+    if sample is None:
+        key: Any = name
+    else:
+        caller = sys._getframe(depth + 1)
+        key = (name, caller.f_code, caller.f_lasti)
+    try:
+        sites = _cached.get(domain)
+        site = None if sites is None else sites.get(key)
+    except TypeError:  # an unhashable name or domain; Mark() says what is wrong with it
+        return Mark(name, domain=domain, sample=sample)
+    # The same line may be given another policy (every(n) with a changing n): a new site then.
+    if site is None or (
+        site._sample is not sample and repr(site._sample) != repr(sample)
+    ):
+        site = Mark(name, domain=domain, sample=sample)
+        if sites is None:
+            sites = _cached.setdefault(domain, {})
+        if len(sites) >= _MAX_CACHED:
+            for old in list(itertools.islice(sites, _MAX_CACHED // 4)):
+                sites.pop(old, None)
+        sites[key] = site
+    return site
+
+
+class Timed:
+    """One ``with`` entry of a range that also adds its seconds to ``timing[name]``, whether the
+    block returns or raises: verl's ``timing_raw`` dict, filled the way its ``marked_timer``
+    does (which has no ``finally``). Built by ``mark(name, timing=...)``; not reusable."""
+
+    __slots__ = ("_mark", "_t0", "_timing")
+
+    def __init__(self, site: Mark, timing: MutableMapping[str, float]) -> None:
+        self._mark, self._timing, self._t0 = site, timing, 0.0
+
+    def __enter__(self) -> Timed:
+        self._t0 = perf_counter()
+        self._mark.__enter__()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        try:
+            self._mark.__exit__(*exc_info)
+        finally:
+            name = self._mark.name
+            self._timing[name] = self._timing.get(name, 0.0) + (perf_counter() - self._t0)
+
+
+@overload
+def mark(
+    name: Name,
+    *,
+    domain: str | None = None,
+    stream: object = None,
+    sample: Policy | None = None,
+    timing: None = None,
+    args: Mapping[str, Any] | None = None,
+) -> Mark: ...
+
+
+@overload
+def mark(
+    name: Name,
+    *,
+    domain: str | None = None,
+    stream: object = None,
+    sample: Policy | None = None,
+    timing: MutableMapping[str, float],
+    args: Mapping[str, Any] | None = None,
+) -> Timed: ...
+
+
+def mark(
+    name: Name,
+    *,
+    domain: str | None = None,
+    stream: object = None,
+    sample: Policy | None = None,
+    timing: MutableMapping[str, float] | None = None,
+    args: Mapping[str, Any] | None = None,
+) -> Mark | Timed:
+    """A range around a ``with`` block, or around every call of a decorated function.
+
+    ``name`` is a str or a :class:`~mstx_marks.base.phases.Phase`; ``domain=None`` is MSTX's
+    ``"default"``; ``stream`` is None (host only), ``"current"`` (the current NPU stream at each
+    start) or a stream object; ``sample`` a :mod:`~mstx_marks.core.sampling` policy. Over-long names
+    built at run time are truncated with one warning. With ``timing`` (a dict such as verl's
+    ``timing_raw``) the block's seconds are also added to ``timing[name]``, exception or not.
+    ``args`` (a dict such as ``{"tokens": n}``) is kept with the range by the recorder and shown
+    in the Chrome trace and the report; the MSTX message stays the name alone.
+
+    >>> from mstx_marks import configure
+    >>> configure(backend="record")
+    >>> with mark("generate_sequences", domain="verl"):
+    ...     pass
+    >>> @mark("compute_log_prob")
+    ... def logp(x):
+    ...     return x
+    >>> timing_raw = {}
+    >>> with mark("gen", timing=timing_raw):
+    ...     pass
+    >>> list(timing_raw)
+    ['gen']
+    >>> with mark("generate_sequences", args={"batch": 8}):
+    ...     pass
+    """
+    if args is not None or stream is not None:
+        site = Mark(name, domain=domain, stream=stream, sample=sample, args=args)
+    elif sample is None or isinstance(sample, Policy):
+        site = _cached_site(name, domain, sample, 1)
+    else:
+        site = Mark(name, domain=domain, sample=sample)  # says what is wrong with `sample`
+    if timing is None:
+        return site
+    if not isinstance(timing, MutableMapping):
+        raise TypeError(
+            f"timing must be a dict (such as verl's timing_raw) or another mutable mapping, "
+            f"got {timing!r}"
+        )
+    return Timed(site, timing)
+
+
+@overload
+def mstx_range(name: F, /) -> F: ...
+
+
+@overload
+def mstx_range(
+    name: Name | None = None,
+    /,
+    *,
+    domain: str | None = None,
+    stream: object = None,
+    sample: Policy | None = None,
+) -> Callable[[F], F]: ...
+
+
+def mstx_range(
+    name: Any = None,
+    /,
+    *,
+    domain: str | None = None,
+    stream: object = None,
+    sample: Policy | None = None,
+) -> Any:
+    """Decorate a function so that each call is a range; bare, the name is its ``__qualname__``.
+
+    Works for plain functions, methods, static and class methods (above or below the
+    ``@staticmethod``/``@classmethod`` line), coroutine functions (the range spans the awaited
+    body) and generator and async generator functions (from first resume to the end). The
+    function keeps its metadata, its ``inspect`` kind, and stays picklable.
+
+    >>> from mstx_marks import configure
+    >>> configure(backend="record")
+    >>> @mstx_range
+    ... def rollout():
+    ...     return "done"
+    >>> @mstx_range("update_actor", domain="verl", stream="current")
+    ... async def update():
+    ...     return "updated"
+    >>> rollout()
+    'done'
+    """
+    if (
+        name is None
+        or (callable(name) and not isinstance(name, Phase))
+        or isinstance(name, (staticmethod, classmethod))
+    ):
+        target = name
+
+        def by_qualname(func: Any) -> Any:
+            site = Mark(fit_name(target_name(func)), domain=domain, stream=stream, sample=sample)
+            return rewrap(func, site.wrap)
+
+        return by_qualname if target is None else by_qualname(target)
+    if not isinstance(name, Phase):
+        check_name(name)
+    return Mark(name, domain=domain, stream=stream, sample=sample)
+
+
+def instant(
+    name: Name,
+    *,
+    domain: str | None = None,
+    stream: object = None,
+    args: Mapping[str, Any] | None = None,
+) -> None:
+    """Record an instant event (MSTX ``mark``); ``args`` as for :func:`mark`.
+
+    >>> from mstx_marks import configure
+    >>> configure(backend="record")
+    >>> instant("weights_synced", domain="verl")
+    >>> instant("batch_ready", args={"size": 32})
+    """
+    if type(name) is not str or not 0 < len(name) <= SAFE_CHARS or not name.isprintable():
+        name, domain = _site_name(name, domain)
+    g = _gate(domain, stream)
+    if args is not None:
+        if not isinstance(args, Mapping):
+            raise TypeError(f"args must be a mapping such as a dict, got {args!r}")
+        instant_with_args(g, name, args)
+        return
+    call = g.instant
+    if call is not None:
+        try:
+            call(name, g.domain)
+        except Exception as exc:
+            fault(call, exc)
+
+
+# MSTX_MARKS_OFF=1, read once at import: the three entry points are swapped here, where they are
+# defined, so the switch holds whichever module a program imports them from.
+if env.off():
+    from mstx_marks.core.off import instant, mark, mstx_range  # type: ignore[no-redef]

@@ -1,0 +1,130 @@
+"""Activation by environment alone: what the ``MSTX_MARKS_*`` variables ask, in this process.
+
+:func:`activate` runs wherever a process of the job starts: from the frameworks' own plugin
+entry points (``vllm.general_plugins`` in vLLM's EngineCore and worker processes,
+``verl.plugins`` at ``import verl``, ``sglang.srt.plugins`` in SGLang's scheduler), from the
+launcher's start-up hook (``mstx-marks run -- CMD``, for every child Python process), or from
+Ray's ``worker_process_setup_hook="mstx_marks.activate"``. It then:
+
+- ``MSTX_MARKS_OUT=DIR``: records every range and writes them under DIR (:mod:`.export.out`);
+- ``MSTX_MARKS_INSTRUMENT=verl,vllm,...``: arms those presets (patched when imported);
+- ``MSTX_MARKS_SAMPLE="PHASE=POLICY;..."``: samples those phases in the presets;
+- ``MSTX_MARKS_CAPTURE="RECIPE:wait=..;..."``: arms those profiler recipes.
+
+With no ``MSTX_MARKS_*`` variable set it does nothing at all. It never raises: a bad value
+warns once, naming the variable, the value and the rule, and the job runs on.
+
+>>> parse_instrument("verl, vllm")
+('verl', 'vllm')
+>>> sorted(parse_samples("vllm_one_step=window(30,70); gen=every(2)"))
+['generate_sequences', 'vllm_one_step']
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+from mstx_marks.base import env
+from mstx_marks.base.diagnostics import warn
+from mstx_marks.base.phases import canonical
+from mstx_marks.core.sampling import Policy, parse_policy
+
+__all__ = ["activate", "activate_at_import", "parse_instrument", "parse_samples"]
+
+_lock = threading.Lock()
+_done_in: int | None = None
+
+
+def parse_instrument(text: str | None) -> tuple[str, ...]:
+    """The framework names of ``MSTX_MARKS_INSTRUMENT``; unknown ones warn and are skipped."""
+    from mstx_marks.capture.presets import FRAMEWORKS
+
+    names: list[str] = []
+    for raw in (text or "").split(","):
+        name = raw.strip().lower().replace("-", "_")
+        if not name:
+            continue
+        if name not in FRAMEWORKS:
+            warn(
+                f"ignoring {name!r} in {env.INSTRUMENT}={text!r}: expected names among"
+                f" {', '.join(FRAMEWORKS)}"
+            )
+            continue
+        if name not in names:
+            names.append(name)
+    return tuple(names)
+
+
+def parse_samples(text: str | None) -> dict[str, Policy]:
+    """``MSTX_MARKS_SAMPLE``'s ``PHASE=POLICY`` pairs (``;``-separated), keyed by canonical phase
+    name; a bad pair warns (naming the variable, the pair and the rule) and is skipped."""
+    found: dict[str, Policy] = {}
+    for pair in (text or "").split(";"):
+        if not pair.strip():
+            continue
+        phase, sep, policy = pair.partition("=")
+        phase = phase.strip()
+        try:
+            if not sep or not phase:
+                raise ValueError("expected PHASE=POLICY, e.g. vllm_one_step=window(30, 70)")
+            try:
+                key = canonical(phase)
+            except KeyError:
+                key = phase  # a name the registry does not know is still a name ranges have
+            found[key] = parse_policy(policy)
+        except ValueError as exc:
+            warn(f"ignoring {pair.strip()!r} in {env.SAMPLE}={text!r}: {exc}")
+    return found
+
+
+def activate() -> None:
+    """Apply the ``MSTX_MARKS_*`` variables in this process (once; again in a forked child is
+    not needed: patches and arming are inherited, and the recorder follows the fork)."""
+    global _done_in
+    with _lock:
+        if _done_in is not None or not env.any_set():
+            return
+        _done_in = os.getpid()
+    if env.off():  # the hard off switch: nothing is patched, nothing recorded, said once
+        asked = [v for v in (env.OUT, env.INSTRUMENT, env.CAPTURE) if env.text(v) is not None]
+        if asked:
+            warn(f"{env.OFF}=1: {', '.join(asked)} ignored, nothing is recorded in this process")
+        return
+    try:
+        _activate()
+    except Exception as exc:  # activation runs inside the frameworks' start-up: never break it
+        warn(f"activation from the environment failed ({type(exc).__name__}: {exc})")
+
+
+def activate_at_import() -> None:
+    """What ``import mstx_marks`` runs when ``MSTX_MARKS_OUT`` is set: :func:`activate`, so any
+    process that imports the library records and writes there as a launched one does (its
+    periodic spill and its signal wake-up too, which is what survives Ray's quick exit).
+    Idempotent, and it never raises: an import must not fail for a recording."""
+    try:
+        if env.text(env.OUT) is not None:
+            activate()
+    except Exception:  # activate() warns and never raises; this is for what it cannot catch
+        pass
+
+
+def _activate() -> None:
+    out = env.text(env.OUT)
+    if out is not None:
+        from mstx_marks.export.out import record_to
+
+        record_to(out)
+    frameworks = parse_instrument(env.text(env.INSTRUMENT))
+    if frameworks:
+        from mstx_marks.capture.presets import arm
+        from mstx_marks.capture.presets.target import Options
+
+        options = Options(phase_samples=parse_samples(env.text(env.SAMPLE)))
+        for framework in frameworks:
+            arm(framework, options)
+    capture = env.text(env.CAPTURE)
+    if capture is not None:
+        from mstx_marks.profiling.recipes import arm_from_text
+
+        arm_from_text(capture)
