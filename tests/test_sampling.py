@@ -202,3 +202,14 @@ def test_pickled_targets_restart_their_counter(recorder: mstx_marks.Recorder) ->
     stream = every(3).decisions()
     next(stream)
     assert [next(pickle.loads(pickle.dumps(stream))) for _ in range(2)] == [True, True]
+
+
+def test_deep_parentheses_are_a_clear_error_not_a_recursion_error() -> None:
+    from mstx_marks.core.sampling import MAX_DEPTH, parse_policy
+
+    ok = "(" * MAX_DEPTH + "every(2)" + ")" * MAX_DEPTH
+    assert parse_policy(ok).indices(5) == [0, 2, 4]
+    deep = "(" * 100_000 + "every(2)" + ")" * 100_000
+    with pytest.raises(ValueError, match=f"deeper than {MAX_DEPTH}") as err:
+        parse_policy(deep)
+    assert len(str(err.value)) < 300  # the value is cut, not repeated whole

@@ -33,24 +33,21 @@ import warnings
 from contextlib import AbstractContextManager, nullcontext
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Callable, NamedTuple, Optional
+from typing import NamedTuple, Optional
 
 from mstx_marks.analysis.report_html import write_html_report
 from mstx_marks.analysis.summary import fold_name, format_table, load_traces, summarize
 from mstx_marks.analysis.timeline import write_svg
 from mstx_marks.backends import detect
 from mstx_marks.backends.noop import NoopBackend
-from mstx_marks.base import phases
 from mstx_marks.core.ranges import Mark
 from mstx_marks.core.routing import configure
-from mstx_marks.core.sampling import window
 from mstx_marks.export import flush_at_exit, write_chrome_trace
 
 __all__ = ["DemoOptions", "run_demo"]
 
 _MARKER = ".mstx_marks_demo"
 _OWNED = ("ascend", "chrome", "trace.json", "timeline.svg", "report.html")
-_VOCAB, _DIM, _PROMPT, _GROUP, _PROMPTS = 32, 32, 4, 4, 2
 _COLLECTIVE_TIMEOUT_S = 60
 # A stopped rank blocked in a collective runs its SIGTERM handler (which writes its files) only
 # once the collective times out; it is killed only if it is still there well after that.
@@ -86,97 +83,20 @@ def _worker(rank: int, world: int, steps: int, tokens: int, out: Path) -> None:
         warnings.filterwarnings("ignore", "Failed to initialize NumPy", UserWarning)
         import torch
         import torch.distributed as dist
-        from torch import nn
+
+        from mstx_marks.cli import demo_model
 
     flush = flush_at_exit(out, rank=rank)
     backend = _choose_backend()
     torch.set_num_threads(1)
     torch.manual_seed(1234)  # the same initial weights on every rank, as DDP would broadcast
-
-    class TinyLM(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.embed = nn.Embedding(_VOCAB, _DIM)
-            layer = nn.TransformerEncoderLayer(_DIM, 2, 2 * _DIM, dropout=0.0, batch_first=True)
-            self.body = nn.TransformerEncoder(layer, 1, enable_nested_tensor=False)
-            self.head = nn.Linear(_DIM, _VOCAB)
-
-        def forward(self, ids: torch.Tensor) -> torch.Tensor:
-            causal = nn.Transformer.generate_square_subsequent_mask(ids.shape[1])
-            out: torch.Tensor = self.head(self.body(self.embed(ids), mask=causal, is_causal=True))
-            return out
-
-    def token_logprobs(model: nn.Module, seqs: torch.Tensor) -> torch.Tensor:
-        logits = model(seqs[:, :-1])[:, _PROMPT - 1 :]
-        return torch.log_softmax(logits, -1).gather(-1, seqs[:, _PROMPT:, None]).squeeze(-1)
-
-    def grpo_step(
-        actor: nn.Module,
-        opt: torch.optim.Optimizer,
-        gen: torch.Generator,
-        span: Callable[..., AbstractContextManager[Any]],
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """One GRPO step (rollout, reward, log-probs, advantages, update); (reward, loss)."""
-        with span(phases.STEP):
-            with span(phases.GENERATE_SEQUENCES), torch.no_grad():
-                prompts = torch.randint(0, _VOCAB, (_PROMPTS, _PROMPT), generator=gen)
-                seqs = prompts.repeat_interleave(_GROUP, 0)
-                # One range object per rollout, so the window counts this rollout's tokens.
-                one_step = span(phases.VLLM_ONE_STEP, sample=window(1, max(2, tokens - 1)))
-                for _ in range(tokens):
-                    with one_step:
-                        probs = torch.softmax(actor(seqs)[:, -1], -1)
-                        nxt = torch.multinomial(probs, 1, generator=gen)
-                        seqs = torch.cat([seqs, nxt], 1)
-            with span(phases.REWARD):
-                # Reward: how many generated tokens are even, a goal the actor can learn.
-                reward = (seqs[:, _PROMPT:] % 2 == 0).float().mean(1)
-            with span(phases.COMPUTE_REF_LOG_PROB), torch.no_grad():
-                ref_lp = token_logprobs(ref, seqs)
-            with span(phases.COMPUTE_LOG_PROB), torch.no_grad():
-                old_lp = token_logprobs(actor, seqs)
-            with span(phases.ADV):
-                grouped = reward.view(_PROMPTS, _GROUP)
-                adv = (grouped - grouped.mean(1, keepdim=True)) / (
-                    grouped.std(1, keepdim=True) + 1e-6
-                )
-                adv = adv.view(-1, 1)
-            with span(phases.UPDATE_ACTOR):
-                lp = token_logprobs(actor, seqs)
-                ratio = torch.exp(lp - old_lp)
-                pg = -torch.min(ratio * adv, ratio.clamp(0.8, 1.2) * adv).mean()
-                kl = (lp - ref_lp).pow(2).mean()
-                loss = pg + 0.05 * kl
-                opt.zero_grad()
-                loss.backward()  # type: ignore[no-untyped-call]  # torch leaves it untyped
-                for p in actor.parameters():
-                    if p.grad is not None:
-                        dist.all_reduce(p.grad)
-                        p.grad /= world
-                opt.step()
-        return reward, loss
-
-    actor, ref = TinyLM(), TinyLM()
-    ref.load_state_dict(actor.state_dict())
-    ref.requires_grad_(False)
+    job = demo_model.Job(world=world, tokens=tokens)
     # The first optimizer built imports torch._dynamo: seconds, and not the same on every rank.
-    opt = torch.optim.Adam(actor.parameters(), lr=3e-3)
+    opt = torch.optim.Adam(job.actor.parameters(), lr=3e-3)
     dist.init_process_group(
         "gloo", rank=rank, world_size=world, timeout=timedelta(seconds=_COLLECTIVE_TIMEOUT_S)
     )
-    # Warm up before the barrier: one unrecorded step on a throwaway copy of the actor (its own
-    # optimizer, its own random numbers) runs every lazy import and first-call set-up, including
-    # the first collectives, so that step 1 starts together on every rank and costs what the
-    # others cost. The real actor, optimizer and sampler are untouched.
-    scratch = TinyLM()
-    scratch.load_state_dict(actor.state_dict())
-    grpo_step(
-        scratch,
-        torch.optim.Adam(scratch.parameters(), lr=3e-3),
-        torch.Generator().manual_seed(10**6 + rank),
-        _unmarked,
-    )
-    del scratch
+    job.warm_up(seed=10**6 + rank, span=_unmarked)
     dist.barrier()  # start the steps together: start-up and warm-up skew are not phases
     _say(
         f"[demo] rank {rank}: ready in {time.perf_counter() - started:.1f} s "
@@ -187,7 +107,7 @@ def _worker(rank: int, world: int, steps: int, tokens: int, out: Path) -> None:
         t0 = time.perf_counter()
         # Mark, not mark: a fresh definition per use, so each rollout's window counts its own
         # tokens (mark() would share one sampling counter per call site, across rollouts).
-        reward, loss = grpo_step(actor, opt, gen, Mark)
+        reward, loss = job.grpo_step(job.actor, opt, gen, Mark)
         took = time.perf_counter() - t0
         mean_reward = reward.mean().clone()
         dist.all_reduce(mean_reward)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import AsyncGenerator, Generator, Mapping
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, TypeVar, Union
 
 from mstx_marks.backends.base import EndFn
 from mstx_marks.core.routing import Gate, attach, fault, resolve
@@ -53,60 +53,33 @@ def wrap_function(
     import inspect  # here, not at import: it loads ast, dis and tokenize (~8 ms)
 
     decide = None if sample is None else sample.decisions()
-
     if inspect.isasyncgenfunction(func):
-
-        @functools.wraps(func)
-        async def agen_wrapper(*args: Any, **kwargs: Any) -> AsyncGenerator[Any, Any]:
-            agen = func(*args, **kwargs)
-            end, handle = begin(decide, gate, name, domain)
-            try:
-                step = agen.__anext__()
-                while True:
-                    try:
-                        item = await step
-                    except StopAsyncIteration:
-                        return
-                    try:
-                        sent = yield item
-                    except GeneratorExit:
-                        await agen.aclose()
-                        raise
-                    except BaseException as exc:
-                        step = agen.athrow(exc)
-                    else:
-                        step = agen.asend(sent)
-            finally:
-                finish(end, handle, domain)
-
-        return agen_wrapper
-
+        return _async_generator(func, name, domain, gate, decide)
     if inspect.isgeneratorfunction(func):
-
-        @functools.wraps(func)
-        def gen_wrapper(*args: Any, **kwargs: Any) -> Generator[Any, Any, Any]:
-            end, handle = begin(decide, gate, name, domain)
-            try:
-                return (yield from func(*args, **kwargs))
-            finally:
-                finish(end, handle, domain)
-
-        return gen_wrapper
-
+        return _generator(func, name, domain, gate, decide)
     if inspect.iscoroutinefunction(func):
+        return _coroutine(func, name, domain, gate, decide)
+    wrapper = _plain(func, name, domain, gate)
+    if decide is None:
+        return wrapper
 
-        @functools.wraps(func)
-        async def coro_wrapper(*args: Any, **kwargs: Any) -> Any:
-            end, handle = begin(decide, gate, name, domain)
-            try:
-                return await func(*args, **kwargs)
-            finally:
-                finish(end, handle, domain)
+    # Sampling sits in front of the range wrapper: unsampled functions pay nothing for it, and
+    # a sampled-out call costs one decision.
+    @functools.wraps(func)
+    def sampled(*args: Any, **kwargs: Any) -> Any:
+        if next(decide):
+            return wrapper(*args, **kwargs)
+        return func(*args, **kwargs)
 
-        return coro_wrapper
+    return sampled
 
-    # The plain-function wrapper is the hot path: begin/finish are inlined here because two more
-    # Python calls per call would cost about half again the whole wrapper (benchmarks/overhead.py).
+
+_Gate = Union[Gate, "ArgsGate"]
+
+
+def _plain(func: Callable[..., Any], name: str, domain: str, gate: _Gate) -> Callable[..., Any]:
+    # The hot path: begin/finish are inlined here because two more Python calls per call would
+    # cost about half again the whole wrapper (benchmarks/overhead.py).
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         start = gate.start
@@ -126,18 +99,66 @@ def wrap_function(
                 except Exception as exc:
                     fault(end, exc)
 
-    if decide is None:
-        return wrapper
+    return wrapper
 
-    # Sampling sits in front of the range wrapper: unsampled functions pay nothing for it, and
-    # a sampled-out call costs one decision.
+
+def _coroutine(
+    func: Callable[..., Any], name: str, domain: str, gate: _Gate, decide: Decisions | None
+) -> Callable[..., Any]:
     @functools.wraps(func)
-    def sampled(*args: Any, **kwargs: Any) -> Any:
-        if next(decide):
-            return wrapper(*args, **kwargs)
-        return func(*args, **kwargs)
+    async def coro_wrapper(*args: Any, **kwargs: Any) -> Any:
+        end, handle = begin(decide, gate, name, domain)
+        try:
+            return await func(*args, **kwargs)
+        finally:
+            finish(end, handle, domain)
 
-    return sampled
+    return coro_wrapper
+
+
+def _generator(
+    func: Callable[..., Any], name: str, domain: str, gate: _Gate, decide: Decisions | None
+) -> Callable[..., Any]:
+    @functools.wraps(func)
+    def gen_wrapper(*args: Any, **kwargs: Any) -> Generator[Any, Any, Any]:
+        end, handle = begin(decide, gate, name, domain)
+        try:
+            return (yield from func(*args, **kwargs))
+        finally:
+            finish(end, handle, domain)
+
+    return gen_wrapper
+
+
+def _async_generator(
+    func: Callable[..., Any], name: str, domain: str, gate: _Gate, decide: Decisions | None
+) -> Callable[..., Any]:
+    # The range spans first resume to exhaustion; values, sends and throws pass through as an
+    # `async for` over the inner generator would not (it has no `asend`/`athrow` forwarding).
+    @functools.wraps(func)
+    async def agen_wrapper(*args: Any, **kwargs: Any) -> AsyncGenerator[Any, Any]:
+        agen = func(*args, **kwargs)
+        end, handle = begin(decide, gate, name, domain)
+        try:
+            step = agen.__anext__()
+            while True:
+                try:
+                    item = await step
+                except StopAsyncIteration:
+                    return
+                try:
+                    sent = yield item
+                except GeneratorExit:
+                    await agen.aclose()
+                    raise
+                except BaseException as exc:
+                    step = agen.athrow(exc)
+                else:
+                    step = agen.asend(sent)
+        finally:
+            finish(end, handle, domain)
+
+    return agen_wrapper
 
 
 def rewrap(target: F, wrap: Callable[[Callable[..., Any]], Callable[..., Any]]) -> F:

@@ -298,9 +298,7 @@ def _cached_site(name: Name, domain: str | None, sample: Policy | None, depth: i
     except TypeError:  # an unhashable name or domain; Mark() says what is wrong with it
         return Mark(name, domain=domain, sample=sample)
     # The same line may be given another policy (every(n) with a changing n): a new site then.
-    if site is None or (
-        site._sample is not sample and repr(site._sample) != repr(sample)
-    ):
+    if site is None or (site._sample is not sample and repr(site._sample) != repr(sample)):
         site = Mark(name, domain=domain, sample=sample)
         if sites is None:
             sites = _cached.setdefault(domain, {})

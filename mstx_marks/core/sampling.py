@@ -181,6 +181,11 @@ _POLICIES: dict[str, tuple[Callable[..., Policy], int]] = {
 _TOKEN = re.compile(r"\s*(?:(\d+)|([A-Za-z_]\w*)|(\S))")
 
 
+#: Parentheses deeper than this are refused: a policy needs a few levels, and an unbounded
+#: recursive descent would turn a hostile MSTX_MARKS_SAMPLE into a RecursionError.
+MAX_DEPTH = 32
+
+
 def parse_policy(text: str) -> Policy:
     """A policy written as in Python (``every(10) & window(30, 70) | first(1)``), read without
     ``eval``: ``&`` binds tighter than ``|``, parentheses group. Raises ValueError naming the
@@ -193,76 +198,90 @@ def parse_policy(text: str) -> Policy:
     ...
     ValueError: sampling policy 'every(x)': expected a number at 'x'; write every(N), ...
     """
-    tokens: list[str] = []
-    pos = 0
-    while pos < len(text):
-        m = _TOKEN.match(text, pos)
-        if m is None:  # only blanks remain
-            break
-        tokens.append(m.group(0).strip())
-        pos = m.end()
-    at = 0
+    return _Parser(text).parse()
 
-    def fail(why: str) -> ValueError:
+
+class _Parser:
+    """Recursive descent over the tokens of one policy text. Not thread-safe (one per text)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.tokens: list[str] = []
+        pos = 0
+        while pos < len(text):
+            m = _TOKEN.match(text, pos)
+            if m is None:  # only blanks remain
+                break
+            self.tokens.append(m.group(0).strip())
+            pos = m.end()
+        self.at = 0
+        self.depth = 0
+
+    def parse(self) -> Policy:
+        if not self.tokens:
+            raise self.fail("it is empty")
+        result = self.expr()
+        if self.at != len(self.tokens):
+            raise self.fail(f"unexpected {self.tokens[self.at]!r}")
+        return result
+
+    def fail(self, why: str) -> ValueError:
+        shown = self.text if len(self.text) <= 80 else self.text[:77] + "..."
         return ValueError(
-            f"sampling policy {text!r}: {why}; write every(N), first(K), window(START, STOP),"
+            f"sampling policy {shown!r}: {why}; write every(N), first(K), window(START, STOP),"
             " combined with & and |"
         )
 
-    def peek() -> str:
-        return tokens[at] if at < len(tokens) else ""
+    def peek(self) -> str:
+        return self.tokens[self.at] if self.at < len(self.tokens) else ""
 
-    def take(expected: str | None = None) -> str:
-        nonlocal at
-        token = peek()
+    def take(self, expected: str | None = None) -> str:
+        token = self.peek()
         if expected is not None and token != expected:
-            raise fail(f"expected {expected!r} at {token or 'the end'!r}")
+            raise self.fail(f"expected {expected!r} at {token or 'the end'!r}")
         if not token:
-            raise fail("unexpected end")
-        at += 1
+            raise self.fail("unexpected end")
+        self.at += 1
         return token
 
-    def factor() -> Policy:
-        token = take()
+    def expr(self) -> Policy:
+        policy = self.term()
+        while self.peek() == "|":
+            self.take()
+            policy = policy | self.term()
+        return policy
+
+    def term(self) -> Policy:
+        policy = self.factor()
+        while self.peek() == "&":
+            self.take()
+            policy = policy & self.factor()
+        return policy
+
+    def factor(self) -> Policy:
+        token = self.take()
         if token == "(":
-            inner = expr()
-            take(")")
+            self.depth += 1
+            if self.depth > MAX_DEPTH:
+                raise self.fail(f"parentheses nest deeper than {MAX_DEPTH}")
+            inner = self.expr()
+            self.take(")")
+            self.depth -= 1
             return inner
         if token not in _POLICIES:
-            raise fail(f"unknown policy {token!r}")
+            raise self.fail(f"unknown policy {token!r}")
         build, arity = _POLICIES[token]
-        take("(")
+        self.take("(")
         args = []
         for i in range(arity):
             if i:
-                take(",")
-            number = take()
-            if not number.isdigit():
-                raise fail(f"expected a number at {number!r}")
+                self.take(",")
+            number = self.take()
+            if not (number.isascii() and number.isdigit()):
+                raise self.fail(f"expected a number at {number!r}")
             args.append(int(number))
-        take(")")
+        self.take(")")
         try:
             return build(*args)
         except (TypeError, ValueError) as exc:
-            raise fail(str(exc)) from None
-
-    def term() -> Policy:
-        policy = factor()
-        while peek() == "&":
-            take()
-            policy = policy & factor()
-        return policy
-
-    def expr() -> Policy:
-        policy = term()
-        while peek() == "|":
-            take()
-            policy = policy | term()
-        return policy
-
-    if not tokens:
-        raise fail("it is empty")
-    result = expr()
-    if at != len(tokens):
-        raise fail(f"unexpected {tokens[at]!r}")
-    return result
+            raise self.fail(str(exc)) from None

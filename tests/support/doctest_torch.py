@@ -25,6 +25,16 @@ def _torch_imports() -> bool:
     return True
 
 
+#: Modules that import torch at the top (the demo's model): not collected where torch is missing.
+TORCH_MODULES = {"demo_model.py"}
+
+
+def pytest_ignore_collect(collection_path: object, config: pytest.Config) -> bool | None:
+    if getattr(collection_path, "name", None) in TORCH_MODULES and not _torch_imports():
+        return True
+    return None
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if _torch_imports():
         return
