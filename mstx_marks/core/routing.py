@@ -28,7 +28,7 @@ from mstx_marks.base import env
 from mstx_marks.base.diagnostics import warn, warn_once
 from mstx_marks.base.import_hooks import when_imported
 from mstx_marks.base.names import DEFAULT_DOMAIN, check_domain
-from mstx_marks.core.faults import Health, probing
+from mstx_marks.core.faults import FaultPolicy, Health
 
 __all__ = ["configure", "current_backend", "is_active", "recording"]
 
@@ -76,6 +76,11 @@ class Gate:
 
 
 class _Settings:
+    """The routing's state: what was asked, the backend in force, the emitters by stream key,
+    and the fault policy that acts on them. Replaced whole by :func:`reset`."""
+
+    lock = _lock
+
     def __init__(self) -> None:
         self.explicit: dict[str, Any] = {}
         self.resolved = False
@@ -84,17 +89,23 @@ class _Settings:
         #: fault may have degraded or put to rest until its retry.
         self.armed: Backend = backends.NoopBackend()
         self.backend: Backend = self.armed
-        self.health = Health()
         self.enabled = True
         self.include: frozenset[str] | None = None
         self.exclude: frozenset[str] = frozenset()
         self.ranks: frozenset[int] | None = None
         self.record = False
         self.emitters: dict[Hashable, Emitter] = {}
-        # Each current backend call -> its backend and the stream key it alone serves (None: host
-        # ranges, or shared by several streams), so a fault names what failed. Keyed by the call
-        # itself (held alive here), never by id(): a freed call's id can be reused.
-        self.owners: dict[Callable[..., object], tuple[Backend, Hashable]] = {}
+        self.faults = FaultPolicy(self)
+
+    @property
+    def health(self) -> Health:
+        return self.faults.health
+
+    def refresh(self) -> None:
+        _refresh()
+
+    def rearm(self, backend: Backend) -> None:
+        _rearm(backend)
 
 
 _settings = _Settings()
@@ -275,8 +286,8 @@ def _apply(rearm: bool = False) -> None:
             backend = backends.tee_with_recorder(backend)
         _rearm(backend)
         s.armed = s.backend = backend
-        s.health.forget_backoff()
-        s.emitters, s.owners = {}, {}
+        s.faults.forget()
+        s.emitters = {}
     s.enabled = merged.get("enabled", True)
     include = merged.get("include")
     s.include = frozenset(include) if include else None
@@ -327,15 +338,9 @@ def _rearm(backend: Backend) -> None:
         warn_once(("rearm", backend.name), f"backend {backend.name!r}: rearm() raised {exc!r}")
 
 
-def _resting() -> bool:
-    """Whether the backend was put to rest by a fault (records nothing until its retry)."""
-    s = _settings
-    return not s.backend.emits and s.health.retry_at is not None
-
-
 def _active(domain: str) -> bool:
     s = _settings
-    if not s.enabled or (not s.backend.emits and not _resting()):
+    if not s.enabled or (not s.backend.emits and not s.faults.resting()):
         return False
     if s.ranks is not None and env.rank() not in s.ranks:
         return False
@@ -357,26 +362,18 @@ def _emitter_for(g: Gate) -> Emitter | None:
 def _build(key: Hashable, stream: Stream) -> Emitter:
     """The calls for one stream setting: host-only while that stream rests, each wrapped to try
     the retry when one is pending. Never raises: an ``emitter()`` that does is a fault."""
-    s, h = _settings, _settings.health
+    s = _settings
     backend = s.backend
-    host_only = key in h.host_only
+    host_only = s.faults.host_only(key)
     try:
         em = backend.emitter(None if host_only else stream)
     except Exception as exc:
         if key is None or host_only:
-            _rest(backend, exc)
+            s.faults.rest(backend, exc)
         else:
-            _stream_fault(backend, key, exc)
+            s.faults.stream_fault(backend, key, exc)
         return _build(key, stream)
-    part = None if host_only else key
-    due = [at for at in (h.host_only.get(key), h.retry_at) if at is not None]
-    if due:
-        em = probing(em, min(due), _retry, h)
-    for call in (em.start, em.end, em.instant):
-        prev = s.owners.get(call)
-        # a call serving two stream settings (range_end, the host calls) is the backend's own
-        s.owners[call] = (backend, part if prev is None or prev[1] == part else None)
-    return em
+    return s.faults.adopt(em, key)
 
 
 def _refresh() -> None:
@@ -388,100 +385,12 @@ def _refresh() -> None:
 
 
 def fault(call: Callable[..., object], exc: BaseException) -> int:
-    """A backend call raised: contain it to what failed and keep the workload running.
-
-    A call serving one stream setting sends that stream's ranges host-only; any other call
-    degrades the backend to its safer path, or puts it to rest. Either is retried after a
-    back-off (:mod:`mstx_marks.core.faults`). The first fault of each kind warns; later ones are
-    counted (:func:`mstx_marks.core.status`). A call of a backend already replaced is ignored.
-    Returns 0, the "not recorded" handle, so the caller skips the matching end.
-    """
+    """A backend call raised: contain it to what failed and keep the workload running (see
+    :class:`mstx_marks.core.faults.FaultPolicy`). Returns 0, the "not recorded" handle, so the
+    caller skips the matching end."""
     with _lock:
-        owner = _settings.owners.get(call)
-        if owner is not None and owner[0] is _settings.backend:
-            backend, part = owner
-            if part is not None and part not in _settings.health.host_only:
-                _stream_fault(backend, part, exc)
-            else:
-                _backend_fault(backend, exc)
+        _settings.faults.fault(call, exc)
     return 0
-
-
-def describe_stream(key: Hashable) -> str:
-    """A stream key as users wrote the stream: ``'current'``, or the stream's repr."""
-    return repr(key[1]) if isinstance(key, tuple) and len(key) == 2 else repr(key)
-
-
-def _stream_fault(backend: Backend, key: Hashable, exc: BaseException) -> None:
-    h = _settings.health
-    h.note(f"{backend.name} stream", exc)
-    delay = h.delay(("stream", key))
-    h.host_only[key] = h.clock() + delay
-    warn_once(
-        ("stream fault", backend.name, key),
-        f"backend {backend.name!r}: ranges on stream {describe_stream(key)} raised {exc!r}; "
-        f"they are recorded on the host only, and the stream is tried again in {delay:g} s "
-        "(later faults are counted in mstx_marks.status())",
-    )
-    _settings.emitters.pop(key, None)
-    _refresh()
-
-
-def _backend_fault(backend: Backend, exc: BaseException) -> None:
-    _settings.health.note(f"{backend.name} call", exc)
-    try:
-        degraded = backend.degrade()
-    except Exception:  # a custom backend's degrade() must not reach the workload either
-        degraded = False
-    if not degraded:
-        _rest(backend, exc)
-        return
-    delay = _settings.health.delay("backend")
-    _settings.health.retry_at = _settings.health.clock() + delay
-    warn_once(
-        ("degraded", backend.name),
-        f"backend {backend.name!r} raised {exc!r}; switching to a safer path, and the faster "
-        f"one is tried again in {delay:g} s (later faults are counted in mstx_marks.status())",
-    )
-    _settings.emitters, _settings.owners = {}, {}
-    _refresh()
-
-
-def _rest(backend: Backend, exc: BaseException) -> None:
-    """Record nothing until the retry: the backend has no safer path left."""
-    h = _settings.health
-    delay = h.delay("backend")
-    h.retry_at = h.clock() + delay
-    warn_once(
-        ("resting", backend.name),
-        f"backend {backend.name!r} raised {exc!r}; ranges are not recorded for {delay:g} s, "
-        "then it is tried again (later faults are counted in mstx_marks.status())",
-    )
-    _settings.backend = backends.NoopBackend()
-    _settings.emitters, _settings.owners = {}, {}
-    _refresh()
-
-
-def _retry() -> None:
-    """Try again what a fault set aside, once its back-off has passed. Called from the hot path
-    of a degraded gate, so it never waits: if the settings are busy it tries at the next range."""
-    if not _lock.acquire(blocking=False):
-        return
-    try:
-        s = _settings
-        streams = s.health.due()
-        if s.health.backend_due():
-            _rearm(s.armed)
-            s.backend = s.armed
-            s.emitters, s.owners = {}, {}
-        elif streams:
-            for key in streams:
-                s.emitters.pop(key, None)
-        else:
-            return
-        _refresh()
-    finally:
-        _lock.release()
 
 
 # --- the public calls --------------------------------------------------------------------------
@@ -582,7 +491,7 @@ def is_active(domain: str | None = None) -> bool:
     """
     g = gate(domain)
     _resolve()
-    return g.start is not None and not _resting()
+    return g.start is not None and not _settings.faults.resting()
 
 
 def attach(handle: Any, args: Mapping[str, Any]) -> None:
@@ -605,7 +514,7 @@ def instant_with_args(g: Gate, name: str, args: Mapping[str, Any]) -> None:
             call(name, g.domain)
             return
         # the stream the gate's own calls use: none while a fault holds it host-only
-        stream = None if _stream_key(g.stream) in _settings.health.host_only else g.stream
+        stream = None if _settings.faults.host_only(_stream_key(g.stream)) else g.stream
         backend.instant_with_args(name, g.domain, args, stream)
     except Exception as exc:
         fault(call, exc)

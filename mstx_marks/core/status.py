@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from mstx_marks.backends.record import default_recorder
 from mstx_marks.core import routing as settings
+from mstx_marks.core.faults import describe_stream
 
 __all__ = ["Status", "status"]
 
@@ -84,7 +85,7 @@ def status() -> Status:
         configured=s.armed.name,
         enabled=s.enabled,
         recording=recorder is not None,
-        host_only_streams=sorted(settings.describe_stream(k) for k in h.host_only),
+        host_only_streams=sorted(describe_stream(k) for k in h.host_only),
         retry_in_s=None if h.retry_at is None else max(0.0, h.retry_at - now),
         faults=dict(h.faults),
         recorded=recorder.used if recorder is not None else 0,
