@@ -241,3 +241,30 @@ def test_signal_handlers_that_record_never_deadlock_the_recording_main_thread() 
     assert handled > 50 and loops > 100
     assert opened == 0  # every range, handler or main, ended exactly once
     assert total == 2 * loops + 3 * handled
+
+
+# --- programmer input refused at definition, never at block exit -------------------------------
+
+
+def test_a_class_is_refused_by_every_decorator_form() -> None:
+    from mstx_marks import mark, mstx_range
+
+    class Model:
+        pass
+
+    for decorate in (mstx_range, mstx_range("x"), mark("y")):
+        with pytest.raises(TypeError, match="not the class"):
+            decorate(Model)
+    assert isinstance(Model, type)  # untouched
+
+
+def test_timing_that_is_not_a_mapping_is_refused_before_the_block() -> None:
+    from mstx_marks import mark
+
+    with pytest.raises(TypeError, match="timing must be a dict"):
+        mark("x", timing=[])  # type: ignore[call-overload]
+    # the user's own exception passes through a valid timed block untouched
+    timing: dict[str, float] = {}
+    with pytest.raises(KeyError, match="mine"), mark("x", timing=timing):
+        raise KeyError("mine")
+    assert "x" in timing

@@ -68,8 +68,9 @@ def test_the_shadowed_sitecustomize_still_runs(tmp_path: Path) -> None:
         tmp_path, "--out", str(tmp_path / "o"), "--", sys.executable, "-c", code,
         env={"PYTHONPATH": str(mine)},
     )  # fmt: skip
-    ran, ours = proc.stdout.split()
-    assert ran == "True" and ours.startswith(STARTUP_DIR)
+    ran, module_file = proc.stdout.split()
+    # it ran, and `sitecustomize` is the user's module from then on, not our start-up hook
+    assert ran == "True" and module_file == str(mine / "sitecustomize.py")
 
 
 def test_the_exit_status_is_the_commands(tmp_path: Path) -> None:
@@ -83,3 +84,24 @@ def test_launch_env_puts_the_hook_first_once() -> None:
     once = launch_env({"PYTHONPATH": "/a"}, {})
     twice = launch_env(once, {})
     assert twice["PYTHONPATH"].split(os.pathsep) == [STARTUP_DIR, "/a"]
+
+
+def test_the_current_folder_in_pythonpath_and_the_users_sitecustomize_stay_theirs(
+    tmp_path: Path,
+) -> None:
+    """`PYTHONPATH=:lib` keeps the current folder; `import sitecustomize` gives the user's."""
+    user = tmp_path / "user"
+    user.mkdir()
+    (user / "sitecustomize.py").write_text("MARKER = 'user'\n")
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "own_module.py").write_text("VALUE = 42\n")
+    (tmp_path / "prog.py").write_text(
+        "import own_module, sitecustomize\nprint(own_module.VALUE, sitecustomize.MARKER)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MSTX_MARKS_")}
+    env["PYTHONPATH"] = os.pathsep + str(user)  # an empty first entry: the current folder
+    command = [sys.executable, "-m", "mstx_marks", "run", "--", sys.executable, "../prog.py"]
+    proc = subprocess.run(command, cwd=work, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["42", "user"]

@@ -57,6 +57,15 @@ def _gate(domain: str | None, stream: object) -> Gate:
     return gate(domain, stream) if found is None else found
 
 
+def _check_decorated(func: object) -> None:
+    """A decorator given a class would silently turn it into a function: refuse it now."""
+    if isinstance(func, type):
+        raise TypeError(
+            f"@mstx_range and @mark decorate functions and methods, not the class "
+            f"{func.__qualname__}: decorate its methods, or use instrument() on the class"
+        )
+
+
 #: One entry of a shared Mark beyond its first: the frame that entered, its handle and end.
 _Entry = Tuple[FrameType, Any, Any]
 
@@ -214,6 +223,7 @@ class Mark:
                 fault(end, exc)
 
     def __call__(self, func: F) -> F:
+        _check_decorated(func)
         return rewrap(func, self.wrap)
 
     def wrap(self, func: Callable[..., Any]) -> Callable[..., Any]:
@@ -455,6 +465,7 @@ def mstx_range(
         target = name
 
         def by_qualname(func: Any) -> Any:
+            _check_decorated(func)
             site = Mark(fit_name(target_name(func)), domain=domain, stream=stream, sample=sample)
             return rewrap(func, site.wrap)
 

@@ -10,6 +10,8 @@ ranks, multiprocessing spawn children, a local Ray cluster's workers, vLLM's Eng
 >>> env = launch_env({"PYTHONPATH": "/opt/lib"}, {"MSTX_MARKS_OUT": "prof"})
 >>> env["PYTHONPATH"].split(os.pathsep)[0].endswith("_startup"), env["MSTX_MARKS_OUT"]
 (True, 'prof')
+>>> launch_env({"PYTHONPATH": ":/opt/lib"}, {})["PYTHONPATH"].split(os.pathsep)[1:]
+['', '/opt/lib']
 """
 
 from __future__ import annotations
@@ -29,7 +31,10 @@ def launch_env(base: Mapping[str, str], settings: Mapping[str, str]) -> dict[str
     """``base`` with ``settings`` set and the start-up hook first on ``PYTHONPATH``."""
     out = dict(base)
     out.update(settings)
-    paths = [p for p in out.get("PYTHONPATH", "").split(os.pathsep) if p and p != STARTUP_DIR]
+    given = out.get("PYTHONPATH", "")
+    # An empty entry is the current folder (`PYTHONPATH=:lib`): keep it, or a program importing
+    # its own module would fail under the launcher only. An empty value adds nothing.
+    paths = [p for p in given.split(os.pathsep) if p != STARTUP_DIR] if given else []
     out["PYTHONPATH"] = os.pathsep.join([STARTUP_DIR, *paths])
     return out
 

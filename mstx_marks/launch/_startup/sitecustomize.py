@@ -2,7 +2,11 @@
 started under the launcher (multiprocessing spawn children, torchrun ranks, a local Ray
 cluster's workers, vLLM's EngineCore) activates mstx_marks from the environment, the way
 coverage.py's process-startup hook does. Then the ``sitecustomize`` this file shadows, if any,
-runs as it would have."""
+runs as it would have, and is what ``import sitecustomize`` gives from then on.
+
+A user's ``sitecustomize`` runs once in the command's interpreter. ``mstx-marks run`` is itself
+a Python program that replaces itself with the command (same pid), so its own interpreter ran
+that file at its start-up too, as every Python program on that path does."""
 
 from __future__ import annotations
 
@@ -19,7 +23,8 @@ def _run_shadowed() -> None:
     if spec is None or spec.loader is None:
         return
     module = importlib.util.module_from_spec(spec)
-    sys.modules["_mstx_marks_shadowed_sitecustomize"] = module
+    # It is the program's `sitecustomize`: a later `import sitecustomize` must give it, not us.
+    sys.modules["sitecustomize"] = module
     spec.loader.exec_module(module)
 
 
