@@ -268,3 +268,50 @@ def test_timing_that_is_not_a_mapping_is_refused_before_the_block() -> None:
     with pytest.raises(KeyError, match="mine"), mark("x", timing=timing):
         raise KeyError("mine")
     assert "x" in timing
+
+
+# --- a spilled recording reuses what it drained ------------------------------------------------
+
+
+def test_a_drained_recording_runs_for_ever_in_constant_memory() -> None:
+    """Capacity 1e5, 2e6 ranges drained as they go (what the spill does): none dropped, at most
+    capacity held; a range open across it all pins its chunk and still comes out once."""
+    from mstx_marks.backends.record import DrainCursor, Recorder
+
+    rec, cursor = Recorder(capacity=100_000), DrainCursor()
+    long = rec.range_start("whole_job", "d")
+    names: list[str] = []
+    peak = 0
+    for _ in range(40):
+        for _ in range(50_000):
+            rec.range_end(rec.range_start("step", "d"), "d")
+        while batch := rec.drain(cursor, 4096, release=True):
+            names += [r.name for r in batch]
+        peak = max(peak, rec.held)
+    rec.range_end(long, "d")
+    names += [r.name for r in rec.drain(cursor, release=True)]
+    assert rec.dropped == 0 and len(names) == 2_000_001
+    assert names.count("whole_job") == 1
+    assert peak <= 100_000 + 2 * 16_384  # capacity, plus the chunk being filled and the pinned one
+
+
+def test_a_spill_that_falls_behind_drops_whole_chunks_and_counts_them() -> None:
+    from mstx_marks.backends.record import DrainCursor, Recorder
+
+    rec, cursor = Recorder(capacity=65_536), DrainCursor()
+    rec.drain(cursor, release=True)  # a spill is attached
+    for _ in range(300_000):  # far more than capacity before anything drains
+        rec.range_end(rec.range_start("x", "d"), "d")
+    drained = 0
+    while batch := rec.drain(cursor, 4096, release=True):
+        drained += len(batch)
+    assert drained + rec.dropped == 300_000  # every range is either kept or counted
+    assert rec.dropped > 0 and rec.held <= 65_536
+    # Room again once drained: recording resumes at the next chunk (the chunk being dropped
+    # when room came back stays dropped: slots are dropped a chunk at a time).
+    dropped_before = rec.dropped
+    for _ in range(40_000):
+        rec.range_end(rec.range_start("y", "d"), "d")
+    kept = [r.name for r in rec.drain(cursor, release=True)]
+    assert set(kept) == {"y"} and len(kept) >= 40_000 - 16_384
+    assert len(kept) + rec.dropped - dropped_before == 40_000

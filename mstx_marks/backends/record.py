@@ -6,6 +6,12 @@ a range's slot comes from an atomic counter and each write is a single item stor
 domains are interned once. When ``capacity`` ranges are held, further ones are dropped and
 counted.
 
+A reader that keeps what it drains (the spill, which writes it to disk) hands chunks back with
+``drain(..., release=True)``: a chunk whose events were all drained and whose ranges all ended
+is freed, and the recording goes on in new chunks, at most ``capacity`` events' worth held at
+once. A spilled recording then runs for ever in constant memory, and drops (a whole chunk of
+slots at a time, counted) only while the spill is ``capacity`` events behind.
+
 Range ids keep counting across :meth:`Recorder.clear` (and the clear a forked child makes), so
 ending a range that was open when the recording was cleared does nothing, instead of ending
 whatever took its slot. The one lock (for new names and new chunks) is reentrant: a signal
@@ -39,6 +45,12 @@ _MASK = _CHUNK - 1
 _OPEN = 0  # end column value of a range that has not ended
 _INSTANT = -1  # end column value of an instant event
 _get_tid = threading.get_native_id
+# Placeholders in the chunk lists: a chunk freed after a release (its ends still take a stray
+# late write), and a chunk never held because the recorder was full (its slots were dropped).
+_GONE: array[int] = array("q")
+_GONE_ENDS: array[int] = array("q", bytes(8 * _CHUNK))
+_VOID: array[int] = array("q")
+_UNLIMITED = 1 << 62
 #: Native thread ids by thread number: the columns hold the 4-byte number, not the 8-byte id.
 _threads: list[int] = []
 _threads_lock = threading.RLock()  # a signal handler may start a range meanwhile
@@ -88,6 +100,10 @@ class Recorder(Backend):
         if hasattr(self, "_next"):
             self._base += self._issued()
         self._next = itertools.count()
+        #: Slots from this one on are dropped (exact, until a release switches to chunks).
+        self._limit = self.capacity
+        #: Chunks freed after a release, and chunks never held (their slots were dropped).
+        self._freed = self._void = 0
         #: User arguments of events that have some (``mark(name, args=...)``), by slot.
         self._args: dict[int, Mapping[str, Any]] = {}
         self._starts: list[array[int]] = []
@@ -117,7 +133,15 @@ class Recorder(Backend):
     @property
     def used(self) -> int:
         """How many events were recorded (or are being recorded) so far; O(1)."""
-        return min(self._issued(), self.capacity)
+        return min(self._issued(), self._limit) - self._dropped_slots()
+
+    @property
+    def held(self) -> int:
+        """How many event slots are in memory now: freed and dropped chunks excluded."""
+        return (len(self._starts) - self._freed - self._void) * _CHUNK
+
+    def _dropped_slots(self) -> int:
+        return self._void * _CHUNK
 
     @property
     def dropped(self) -> int:
@@ -136,6 +160,12 @@ class Recorder(Backend):
     def _grow(self, chunk: int) -> None:
         with self._lock:
             while len(self._starts) <= chunk:
+                if self._limit > self.capacity and self._live() >= self._max_chunks():
+                    # Released mode and no room: this chunk's slots are dropped, all of them.
+                    self._void += 1
+                    for column in (self._ends, self._keys, self._tids, self._starts):
+                        column.append(_VOID)
+                    continue
                 zeros = bytes(8 * _CHUNK)
                 # range_start checks len(self._starts) without the lock: the other columns must
                 # have their chunk before _starts gets it, or a concurrent start indexes past them.
@@ -144,20 +174,31 @@ class Recorder(Backend):
                 self._tids.append(array("I", bytes(4 * _CHUNK)))
                 self._starts.append(array("q", zeros))
 
+    def _live(self) -> int:
+        return len(self._starts) - self._freed - self._void
+
+    def _max_chunks(self) -> int:
+        return max(1, -(-self.capacity // _CHUNK))
+
+    def _drop(self) -> int:
+        with self._lock:
+            self._dropped += 1
+        return 0
+
     # The hot path of the recorder: one Python frame per range start, no lock.
     def range_start(self, name: str, domain: str, _end: int = _OPEN) -> int:
         """Open a range; the returned id (>= 1, or 0 when full) goes to :meth:`range_end`."""
         i = next(self._next)
-        if i >= self.capacity:
-            with self._lock:
-                self._dropped += 1
-            return 0
+        if i >= self._limit:
+            return self._drop()
         chunk, off = i >> _SHIFT, i & _MASK
         try:  # _starts gets a new chunk last, so every column has it once _starts does
             starts = self._starts[chunk]
         except IndexError:
             self._grow(chunk)
             starts = self._starts[chunk]
+        if starts is _VOID:
+            return self._drop()
         try:
             self._tids[chunk][off] = _tls.number
         except AttributeError:
@@ -205,14 +246,21 @@ class Recorder(Backend):
         return Emitter(self, self.range_start, self.range_end, self.instant)
 
     def drain(
-        self, cursor: DrainCursor, limit: int = 1 << 62, upto: int | None = None
+        self,
+        cursor: DrainCursor,
+        limit: int = 1 << 62,
+        upto: int | None = None,
+        *,
+        release: bool = False,
     ) -> list[Record]:
         """The events completed since ``cursor`` last looked (ranges that ended, instants), and
         advance it: what the flight recorder's spill thread appends. Ranges still open are kept
         in the cursor and come out once they end. At most about ``limit`` new slots are looked
         at, so a caller can work in batches; slots from ``upto`` on (a :attr:`used` taken
         earlier) are left for later, so a writer does not chase threads still recording. Costs
-        O(new slots + open ranges)."""
+        O(new slots + open ranges). With ``release`` the chunks drained whole (every range in
+        them ended) are freed for new events: only for a caller that keeps what it drained, since
+        :meth:`records` no longer holds them."""
         if cursor.generation != self.generation:  # cleared (or forked) since: start over
             cursor.reset(self.generation)
         out: list[Record] = []
@@ -227,11 +275,17 @@ class Recorder(Backend):
                 name, domain = names[self._keys[chunk][off]]
                 start, tid = self._starts[chunk][off], _threads[self._tids[chunk][off]]
                 out.append(RangeRecord(name, domain, start, end, tid, pid, False, args.get(i)))
-        i, issued = cursor.next, min(self._issued(), self.capacity)
+        first = cursor.next >> _SHIFT
+        if release:
+            self._limit = _UNLIMITED  # from now on, room is counted in chunks (see _grow)
+        i, issued = cursor.next, min(self._issued(), self._limit)
         if upto is not None:
             issued = min(issued, upto)
         while i < issued and (chunk := i >> _SHIFT) < len(self._starts):
             off = i & _MASK
+            if self._keys[chunk] is _VOID:  # dropped whole: nothing was written there
+                i = (chunk + 1) << _SHIFT
+                continue
             stop = min(_CHUNK, off + issued - i, off + max(1, limit - len(out)))
             keys = self._keys[chunk][off:stop]
             written = keys.index(0) if 0 in keys else len(keys)  # a slot issued, not yet written
@@ -261,7 +315,26 @@ class Recorder(Backend):
             if written < len(keys) or len(out) >= limit:
                 break
         cursor.next, cursor.open = i, still_open
+        if release:
+            self._release(first, i >> _SHIFT, still_open, cursor)
         return out
+
+    def _release(self, first: int, stop: int, still_open: list[int], cursor: DrainCursor) -> None:
+        """Free chunks ``first`` .. ``stop - 1`` (every slot drained), but those holding a range
+        still open; chunks kept for that earlier are tried again."""
+        pinned = {j >> _SHIFT for j in still_open}
+        with self._lock:
+            for chunk in [*cursor.pinned, *range(first, stop)]:
+                if chunk in pinned or self._keys[chunk] is _VOID or self._keys[chunk] is _GONE:
+                    continue
+                for column in (self._keys, self._tids, self._starts):
+                    column[chunk] = _GONE
+                self._ends[chunk] = _GONE_ENDS  # a stray late end lands here, harmlessly
+                self._freed += 1
+                base = chunk << _SHIFT
+                for slot in [s for s in self._args if base <= s < base + _CHUNK]:
+                    del self._args[slot]
+            cursor.pinned = sorted(c for c in pinned if c < stop)
 
     def open_ranges(self, cursor: DrainCursor) -> list[RangeRecord]:
         """The ranges ``cursor`` holds as still open, ended now and flagged ``open``."""
@@ -298,6 +371,9 @@ class Recorder(Backend):
         i = -1
         threads = _threads
         for starts, ends, keys, tids in zip(self._starts, self._ends, self._keys, self._tids):
+            if keys is _GONE or keys is _VOID:  # freed after a spill drained it, or dropped
+                i += _CHUNK
+                continue
             for start, end, key, number in zip(starts, ends, keys, tids):
                 i += 1
                 if not key:
@@ -320,7 +396,7 @@ class Recorder(Backend):
 class DrainCursor:
     """Where :meth:`Recorder.drain` stopped: the next slot to look at, and the open ranges."""
 
-    __slots__ = ("generation", "next", "open")
+    __slots__ = ("generation", "next", "open", "pinned")
 
     def __init__(self) -> None:
         self.reset(0)
@@ -328,6 +404,8 @@ class DrainCursor:
     def reset(self, generation: int) -> None:
         self.generation, self.next = generation, 0
         self.open: list[int] = []
+        #: Chunks drained whole but kept for a range still open in them (``release``).
+        self.pinned: list[int] = []
 
 
 def _clear_if_alive(ref: weakref.ref[Recorder]) -> None:

@@ -159,10 +159,17 @@ class Mark:
             # `or 0`: a backend may say "not recorded" with None, which would free the slot.
             self._rid, self._end, self._frame = handle or 0, end, sys._getframe(1)
         else:
+            entry, tid = (sys._getframe(1), handle, end), get_ident()
             with _overflow_lock:
-                if self._more is None:
-                    self._more = {}
-                self._more.setdefault(get_ident(), []).append((sys._getframe(1), handle, end))
+                while True:
+                    if self._more is None:
+                        self._more = {}
+                    mine = self._more.setdefault(tid, [])
+                    mine.append(entry)
+                    # A signal handler on this thread may have run between the two calls above,
+                    # used this Mark and dropped the list it left empty: our entry went with it.
+                    if self._more.get(tid) is mine:
+                        break
         return self
 
     def _pick(self, frame: FrameType) -> tuple[Any, Any]:
