@@ -22,8 +22,9 @@ def test_a_dropped_range_fails_the_check(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # verl 0.9.1 names: actor_update / actor_compute_log_prob fold into the canonical phases.
-    _write(tmp_path, 0, ["step", "gen", "reward", "actor_compute_log_prob", "adv", "actor_update"])
-    _write(tmp_path, 1, ["step", "gen", "reward", "old_log_prob", "adv", "update_actor"])
+    names = ["step", "gen", "compute_score", "actor_compute_log_prob", "adv", "actor_update"]
+    _write(tmp_path, 0, names)
+    _write(tmp_path, 1, ["step", "gen", "compute_score", "old_log_prob", "adv", "update_actor"])
     assert main(["coverage", str(tmp_path), "--expect", "verl-grpo"]) == 1
     out = capsys.readouterr().out.splitlines()
     assert out[-1] == "MISSING in every process: compute_ref_log_prob"

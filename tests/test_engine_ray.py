@@ -16,6 +16,8 @@ Scenarios (``tests/engines/ray_actors.py``, in the rl venv):
 
 - ``hook``: ``worker_process_setup_hook="mstx_marks.activate"`` and
   ``MSTX_MARKS_OUT`` in ``env_vars``; two marked actors (RANK 0 and 1), one idle actor.
+- ``env``: ``MSTX_MARKS_OUT`` in ``env_vars`` only, no setup hook, no framework: ``import
+  mstx_marks`` in each actor activates; two actor classes on one rank, told apart by role.
 - ``verl``: the documented verl form, ``env_vars`` only, no setup hook: ``import verl`` in an
   actor loads verl's ``verl.plugins`` entry point, which activates.
 """
@@ -79,6 +81,11 @@ def hook_run(rl_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Run:
 
 
 @pytest.fixture(scope="module")
+def env_run(rl_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Run:
+    return _run(rl_python, tmp_path_factory.mktemp("ray-env"), "env", N1, N2, SPILLED)
+
+
+@pytest.fixture(scope="module")
 def verl_run(rl_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Run:
     return _run(rl_python, tmp_path_factory.mktemp("ray-verl"), "verl", VERL_CALLS)
 
@@ -123,6 +130,35 @@ def test_summary_reads_the_actors_spills(hook_run: Run, rl_python: Path) -> None
     (stage,) = (p for p in json.loads(shown.stdout)["phases"] if p["name"] == STAGE)
     assert stage["all"]["count"] == N1 + N2
     assert {r: s["count"] for r, s in stage["ranks"].items()} == {"0": N1, "1": N2}
+    assert stage["role"] == "Marked"  # one role (the actor class), two ranks
+
+
+# --- MSTX_MARKS_OUT in env_vars only: `import mstx_marks` activates, roles tell actors apart --
+
+
+def test_env_vars_alone_record_in_actors_that_import_mstx_marks(env_run: Run) -> None:
+    marked = env_run.result["marked"]
+    assert [m["role"] for m in marked] == ["Trainer", "Rollout"]  # the actors' classes
+    assert all(m["activated_in"] == m["pid"] for m in marked)  # at import, in the actor
+    traces = spills(env_run.out)
+    assert set(traces) == {m["pid"] for m in marked}
+    for actor, wanted in zip(marked, (N1, N2)):
+        trace = traces[actor["pid"]]
+        assert counts(trace.records) == {STAGE: wanted}
+        assert (trace.role, trace.rank) == (actor["role"], 0)
+    assert not [p for p in env_run.out.rglob("*") if ".tmp" in p.name]
+
+
+def test_summary_keeps_two_roles_of_one_rank_apart(env_run: Run, rl_python: Path) -> None:
+    shown = subprocess.run(
+        [str(rl_python), "-m", "mstx_marks", "summary", str(env_run.out), "--json"],
+        env=clean_env(), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert shown.returncode == 0, shown.stderr
+    doc = json.loads(shown.stdout)
+    assert set(doc["ranks"]) == {"Rollout:0", "Trainer:0"}
+    stages = {p["role"]: p["ranks"]["0"]["count"] for p in doc["phases"] if p["name"] == STAGE}
+    assert stages == {"Trainer": N1, "Rollout": N2}
 
 
 # --- the documented verl form: env_vars only, verl's plugin entry point activates ---------------

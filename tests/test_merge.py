@@ -41,7 +41,7 @@ def test_processes_threads_and_tracks(tmp_path: Path) -> None:
     procs = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}
     assert sorted(procs.values()) == [
         f"rank 0 (pid {other.records[0].pid})",
-        f"rank 1 trainer (pid {tasks.records[0].pid})",
+        f"trainer rank 1 (pid {tasks.records[0].pid})",  # the role leads
     ]
     names = {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e["name"] == "thread_name"}
     tid = tasks.records[0].thread

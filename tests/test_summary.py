@@ -18,6 +18,7 @@ from mstx_marks.analysis.summary import (
     format_table,
     load_traces,
     summarize,
+    summarize_path,
 )
 from mstx_marks.base.records import Member, RangeRecord, Record
 from mstx_marks.cli.main import main as cli_main
@@ -211,9 +212,11 @@ def test_svg_into_a_missing_folder_fails_first_and_creates_nothing(
     assert not (tmp_path / "no").exists()
 
 
-def test_spills_are_read_and_processes_of_one_rank_are_summed(tmp_path: Path) -> None:
-    """MSTX_MARKS_OUT: two processes that both say rank 0 (Ray actors without RANK), one of them
-    killed (only its spill is left), the other also exported at exit."""
+def test_spills_are_read_and_processes_of_one_rank_are_summed(
+    tmp_path: Path, roles: tuple[str, str] = ("actor", "actor")
+) -> None:
+    """MSTX_MARKS_OUT: two processes of one role that both say rank 0 (Ray actors without
+    RANK), one of them killed (only its spill is left), the other also exported at exit."""
     from mstx_marks.backends.record import Recorder
     from mstx_marks.export.spill import Spill
 
@@ -222,16 +225,60 @@ def test_spills_are_read_and_processes_of_one_rank_are_summed(tmp_path: Path) ->
         rec._pid += pid_shift  # two processes: pids differ
         for n in names:
             rec.range_end(rec.range_start(n, "default"), "default")
-        spill = Spill(tmp_path, rec, rank=0, role=f"actor{pid_shift}")
+        spill = Spill(tmp_path, rec, rank=0, role=roles[pid_shift])
         spill.path = spill.path.with_name(f"host-{rec._pid}.jsonl")
         spill.write_now()
         if pid_shift == 0:  # this one also wrote its exports; they must not count twice
-            export_rank(tmp_path, RankTrace(0, rec.records(), role="actor0"), process="p0")
+            export_rank(tmp_path, RankTrace(0, rec.records(), role=roles[0]), process="p0")
     traces, errors, notes = load_traces(tmp_path)
     assert errors == [] and notes == []
+    if roles[0] != roles[1]:
+        return
     (rank0,) = traces
     assert sorted(r.name for r in rank0.records) == ["gen", "gen", "update_actor"]
-    assert rank0.role == "actor0+actor1"
+    assert rank0.role == "actor"
+
+
+def test_processes_of_one_rank_in_different_roles_are_never_merged(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One GPU's trainer and rollout engine both say rank 0: only their roles tell them apart,
+    and every output keeps them apart (files read back, summary text, JSON, CSV)."""
+    test_spills_are_read_and_processes_of_one_rank_are_summed(tmp_path, ("TaskRunner", "Engine"))
+    traces, errors, _ = load_traces(tmp_path)
+    assert errors == []
+    assert [(t.role, t.rank, sorted(r.name for r in t.records)) for t in traces] == [
+        ("Engine", 0, ["update_actor"]),
+        ("TaskRunner", 0, ["gen", "gen"]),
+    ]
+    for streamed in (summarize_path(tmp_path, jobs=1), summarize(traces)):
+        assert [(p.role, p.name, list(p.per_rank)) for p in streamed.phases] == [
+            ("Engine", "update_actor", [0]),
+            ("TaskRunner", fold_name("gen"), [0]),
+        ]
+        assert streamed.members() == [M(0, "Engine"), M(0, "TaskRunner")]
+    assert cli_main(["summary", str(tmp_path)]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[0] == "2 roles, 2 processes: Engine (1 rank), TaskRunner (1 rank)"
+    blocks = [line for line in table if line.startswith("== ")]
+    assert [b.split(" == ")[0] for b in blocks] == ["== Engine", "== TaskRunner"]
+    assert cli_main(["summary", str(tmp_path), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["roles"] == ["Engine", "TaskRunner"]
+    assert {k: (v["role"], v["rank"]) for k, v in doc["ranks"].items()} == {
+        "Engine:0": ("Engine", 0),
+        "TaskRunner:0": ("TaskRunner", 0),
+    }
+    assert [(p["role"], p["name"], set(p["ranks"])) for p in doc["phases"]] == [
+        ("Engine", "update_actor", {"0"}),
+        ("TaskRunner", fold_name("gen"), {"0"}),
+    ]
+    assert cli_main(["summary", str(tmp_path), "--csv"]) == 0
+    rows = capsys.readouterr().out.splitlines()
+    assert rows[0].endswith(",role") and {r.rsplit(",", 1)[1] for r in rows[1:]} == {
+        "Engine",
+        "TaskRunner",
+    }
 
 
 def _part_key(part: object) -> object:

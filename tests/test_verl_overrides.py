@@ -290,7 +290,7 @@ def test_check_reports_each_problem_with_its_line() -> None:
                 "actor_rollout_ref.rollout.profiler.tool_config.npu.profile_token_end=5",
                 "actor_rollout_ref.rollout.profiler.enable=True",
             ],
-            "end > start",
+            "must be > profile_token_start",
         ),
         (
             [
@@ -462,3 +462,39 @@ def test_a_save_path_hydra_would_type_stays_a_string(verl: Any, save_path: str) 
 def test_token_window_that_is_not_a_pair_names_the_rule() -> None:
     with pytest.raises(TypeError, match=r"token_window 5 must be \(start, stop\)"):
         verl_overrides(steps=[1], roles=["rollout"], token_window=5)  # type: ignore[arg-type]
+
+
+def test_check_verl_refuses_a_reversed_or_empty_token_window_even_when_off() -> None:
+    from mstx_marks.profiling.verl_config import check_verl_overrides
+
+    key = "actor_rollout_ref.rollout.profiler.tool_config.npu.profile_token_"
+    for start, end in ((46, 12), (5, 5)):
+        problems = check_verl_overrides([f"{key}start={start}", f"{key}end={end}"])
+        assert len(problems) == 1 and "must be > profile_token_start" in str(problems[0])
+    assert check_verl_overrides([f"{key}start=0", f"{key}end=64"]) == []
+
+
+def test_sglang_rollout_ignores_level_and_analysis_loudly() -> None:
+    import pytest as _pytest
+
+    from mstx_marks.profiling.verl_config import check_verl_overrides, verl_overrides
+
+    with _pytest.raises(ValueError, match=r"SGLang .* ignores level and analysis"):
+        verl_overrides(steps=[1], roles=["rollout"], engine="sglang", level="level1")
+    lines = [
+        "global_profiler.tool=npu",
+        "global_profiler.steps=[1]",
+        "actor_rollout_ref.rollout.name=sglang",
+        "actor_rollout_ref.rollout.profiler.enable=True",
+        "actor_rollout_ref.rollout.profiler.tool_config.npu.discrete=True",
+        "actor_rollout_ref.rollout.profiler.tool_config.npu.contents=[npu,cpu]",
+        "actor_rollout_ref.rollout.profiler.tool_config.npu.analysis=False",
+    ]
+    problems = [str(p) for p in check_verl_overrides(lines)]
+    assert len(problems) == 1 and "SGLang" in problems[0] and "ignores analysis" in problems[0]
+
+
+def test_rollout_ranks_are_documented_as_replica_ranks() -> None:
+    from mstx_marks.profiling.verl_config import verl_overrides
+
+    assert "replica ranks" in (verl_overrides.__doc__ or "")

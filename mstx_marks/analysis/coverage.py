@@ -24,10 +24,12 @@ __all__ = ["EXPECTATIONS", "CoverageReport", "check_coverage", "expected_phases"
 #: Named expectations: what a healthy run of that kind emits (canonical names).
 EXPECTATIONS: dict[str, tuple[str, ...]] = {
     # verl's GRPO (no critic, reference policy for the KL loss), with the verl preset armed.
+    # The reward is `compute_score` (RewardLoopWorker, one range per trajectory): 0.7.1-0.9.1
+    # score a function reward there, and the v1 trainer (0.9) times no `reward` then.
     "verl-grpo": (
         "step",
         "generate_sequences",
-        "reward",
+        "compute_score",
         "compute_log_prob",
         "compute_ref_log_prob",
         "adv",
@@ -37,7 +39,7 @@ EXPECTATIONS: dict[str, tuple[str, ...]] = {
     "verl-ppo": (
         "step",
         "generate_sequences",
-        "reward",
+        "compute_score",
         "compute_log_prob",
         "compute_ref_log_prob",
         "compute_values",

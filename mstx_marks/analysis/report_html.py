@@ -3,13 +3,14 @@
 The page needs no network and loads no file: the data, the script and the style are inline. It
 holds:
 
-- **the timeline**: a lane per role and rank (one row group per process, by role, then rank, a track per thread,
-  nested ranges one lane below what contains them, overlapping ones on lanes of their own, as in
-  :mod:`mstx_marks.analysis.timeline`), drawn on a canvas; the wheel zooms about the pointer,
-  dragging pans, double-click resets. A bar is at least :data:`MIN_BAR_PX` wide, so a phase far
-  shorter than a pixel still shows. Steps are dashed lines labelled with their key. Hovering a bar
-  shows its name, rank, thread, duration and its ``args``. Beyond :data:`MAX_BARS` ranges only the
-  longest are drawn (the page says how many were left out; the table still counts them all).
+- **the timeline**: a lane per role and rank (one row group per process, by role, then rank,
+  a track per thread, nested ranges one lane below what contains them, overlapping ones on lanes
+  of their own, as in :mod:`mstx_marks.analysis.timeline`), drawn on a canvas; the wheel zooms
+  about the pointer, dragging pans, double-click resets. A bar is at least :data:`MIN_BAR_PX`
+  wide, so a phase far shorter than a pixel still shows. Steps are dashed lines labelled with
+  their key. Hovering a bar shows its name, role, rank, thread, duration and its ``args``.
+  Beyond :data:`MAX_BARS` ranges only the longest are drawn (the page says how many were left
+  out; the table still counts them all).
 - **the per-phase table** (click a heading to sort by it);
 - **rank imbalance**: per role and phase, each rank's total as a bar, the slowest rank named
   with its total over the fastest's, like msprof-analyze's slow-rank view. Roles are never
@@ -106,7 +107,8 @@ def report_data(
     for p in summary.phases:
         o = p.overall
         phases.append({
-            "role": p.role, "name": p.name, "count": o.count, "total": _ms(o.total_ns), "mean": _ms(o.mean_ns),
+            "role": p.role, "name": p.name, "count": o.count, "total": _ms(o.total_ns),
+            "mean": _ms(o.mean_ns),
             "p50": _ms(o.p50_ns), "p90": _ms(o.p90_ns), "max": _ms(o.max_ns),
             "share": None if o.step_share is None else round(100 * o.step_share, 2),
             "err": o.percentile_error, "imbalance": p.imbalance, "slowest": p.slowest_rank,
@@ -285,7 +287,8 @@ D.names.forEach((n, i) => {
   legend.appendChild(s);
 });
 // phase table
-const cols = [...(D.roles.some(r => r) ? [['role', 'role']] : []), ['name', 'phase'], ['count', 'count'], ['total', 'total ms'], ['mean', 'mean ms'],
+const cols = [...(D.roles.some(r => r) ? [['role', 'role']] : []), ['name', 'phase'],
+  ['count', 'count'], ['total', 'total ms'], ['mean', 'mean ms'],
   ['p50', 'p50 ms'], ['p90', 'p90 ms'], ['max', 'max ms'], ['share', 'step %'],
   ['imbalance', 'imbalance'], ['slowest', 'slowest rank']];
 const table = document.getElementById('phases');

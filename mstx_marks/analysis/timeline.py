@@ -190,8 +190,15 @@ def render_svg(
             tops.append(y + height)
             height += track.lanes * _LANE + _TRACK_GAP
         height -= _TRACK_GAP
-        row = ET.SubElement(svg, "g", {"class": "rank", "data-rank": str(trace.rank),
-                                       **({"data-role": trace.role} if trace.role else {})})
+        row = ET.SubElement(
+            svg,
+            "g",
+            {
+                "class": "rank",
+                "data-rank": str(trace.rank),
+                **({"data-role": trace.role} if trace.role else {}),
+            },
+        )
         label = ET.SubElement(row, "text", {"class": "rank-label", "x": "8", "y": str(y + 12)})
         label.text = _xml_text(trace.member.label)  # by role, then rank
         several_threads = len(tracks) > 1

@@ -89,7 +89,11 @@ def _verl_overrides_args(p: argparse.ArgumentParser) -> None:
         help="comma-separated roles to profile: " + ",".join(ROLES),
     )
     who = p.add_mutually_exclusive_group()
-    who.add_argument("--ranks", type=_csv_ints, help="global ranks, e.g. 0,8 (default: rank 0)")
+    who.add_argument(
+        "--ranks",
+        type=_csv_ints,
+        help="global ranks, e.g. 0,8 (rollout: replica ranks; default: 0)",
+    )
     who.add_argument("--all-ranks", action="store_true", help="profile every rank")
     p.add_argument("--level", help="profiler level: " + ", ".join(LEVELS))
     p.add_argument(

@@ -17,7 +17,13 @@ and wherever the main thread is) and spills at once on every signal: what comple
 ``ray.shutdown()`` usually arrives (18 of 20 actors complete in a test of this, against 13 of 20
 with the periodic spill alone); it is not certain, as the worker may die before the thread
 runs. Otherwise (``ray.kill()``, SIGKILL, an OOM kill) at most the last interval (0.5 s) is
-lost. Such processes rarely write their Chrome trace and database: mostly only the spill.
+lost. Such processes rarely write their Chrome trace and database: mostly only the spill. A Ray
+worker that gets to handle its SIGTERM writes only its final spill (an export would be cut short
+by the SIGKILL, leaving temporaries behind).
+
+Each process's files carry its role (:func:`process_role`): the Chrome trace is
+``chrome/<role>-rank<N>-<host>-<pid>.trace.json``, the database folder
+``ascend/<role>_<host>_<pid>_<time>_ascend_pt``, and the spill says it in its header.
 
 >>> import tempfile
 >>> from mstx_marks import configure, mark
@@ -39,7 +45,7 @@ import socket
 import sys
 import threading
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable
 
 from mstx_marks.backends.record import default_recorder
 from mstx_marks.base import env
@@ -106,7 +112,7 @@ def _ray_role() -> str:
     return role
 
 
-def _actor_class(context: object) -> str:
+def _actor_class(context: Any) -> str:
     try:
         handle = context.current_actor
         descriptor = handle._ray_actor_creation_function_descriptor
@@ -121,6 +127,8 @@ class OutSession:
     def __init__(self, out_dir: str | Path, interval: float | None) -> None:
         self.out_dir = Path(out_dir)
         self.interval = interval
+        #: Set when a signal ended a Ray worker: only the spill is written from then on.
+        self.spill_only = False
         self._closed = False
         self._begin()
 
@@ -152,6 +160,8 @@ class OutSession:
         self._closed = True
         self._stop.set()
         written = [self.write_now(final=True)]
+        if self.spill_only:
+            return written
         records = default_recorder().records()
         if not records:
             return []
@@ -270,9 +280,23 @@ def record_to(
     os._exit = _exit_writing  # type: ignore[assignment]
     if threading.current_thread() is threading.main_thread():
         for signum in signals:
-            chain_signal(signum, _close_quietly)
+            chain_signal(signum, _close_on_signal)
         _SignalWatch.start()
     return session
+
+
+def _close_on_signal() -> None:
+    """A signal's close. In a Ray worker the raylet SIGKILLs 20-60 ms after its SIGTERM: an
+    export begun now (or from the exit Ray's own handler makes next) would be cut short and
+    leave its temporaries, so only the final spill is written there (the reader takes it)."""
+    session = _session
+    if session is None:
+        return
+    if _ray_role():
+        session.spill_only = True
+        session.write_now(final=True)
+        return
+    _close_quietly()
 
 
 def _close_quietly() -> None:

@@ -14,7 +14,6 @@ returns the keyword arguments (a plain ``dict``) that the real class then accept
 
 from __future__ import annotations
 
-import functools
 import importlib
 import inspect
 import warnings
@@ -25,9 +24,8 @@ from mstx_marks.base.checks import check_bool as _check_bool
 from mstx_marks.base.checks import check_int as _check_count
 from mstx_marks.base.checks import check_names as _names
 from mstx_marks.base.names import check_domain
-from mstx_marks.capture.instrument import replace
-from mstx_marks.core.engine import rewrap
 from mstx_marks.profiling.options import AIC_METRICS, CONTENTS, EXPORT_TYPES, HOST_SYS, LEVELS
+from mstx_marks.profiling.windows import Schedule, Stepper
 
 __all__ = [
     "AIC_METRICS",
@@ -122,6 +120,7 @@ def experimental_config(
     ...
     ValueError: aic_metrics 'PipeUtilization' needs level1 or level2; Level0 collects no aic metrics
     """
+    # Long by design: one check per torch_npu option, in the order the class validates them.
     profiler_level = _level(level)
     exports = [export] if isinstance(export, str) else _names(export, "export")
     if not exports or any(e not in EXPORT_TYPES for e in exports):
@@ -249,6 +248,7 @@ def build_profiler(
     >>> with prof:
     ...     prof.step()
     """
+    # Long by design: the docstring and the two hosts' builds (torch_npu, torch) side by side.
     wanted = _names(contents, "contents", CONTENTS)
     exp = experimental_config(level, export, include=include, exclude=exclude)
     _check_bool(analysis, "analysis")
@@ -294,37 +294,29 @@ def build_profiler(
 
 
 class CaptureHandle:
-    """What :func:`capture_steps` returns: ``stop()`` (or leaving a ``with``) ends the capture."""
+    """What :func:`capture_steps` returns: ``stop()`` (or leaving a ``with``) ends the capture.
 
-    def __init__(self, profiler: Any, total: int) -> None:
+    A view of the capture engine's :class:`~mstx_marks.profiling.windows.Stepper`: ``calls`` is
+    the calls profiled so far, ``done`` whether the capture ended.
+    """
+
+    def __init__(self, profiler: Any, stepper: Stepper) -> None:
         self.profiler = profiler
-        self.total = total
-        self.calls = 0
-        self.done = False
-        self._restore: Callable[[], None] = lambda: None
-        self._started = False
+        self.total = stepper.total
+        self._stepper = stepper
 
-    def _before(self) -> None:
-        if not self._started:
-            self.profiler.start()
-            self._started = True
+    @property
+    def calls(self) -> int:
+        windows = self._stepper.windows
+        return windows[0].steps if windows else 0
 
-    def _after(self) -> None:
-        self.calls += 1
-        self.profiler.step()
-        if self.calls >= self.total:
-            self.stop()
+    @property
+    def done(self) -> bool:
+        return self._stepper.done
 
     def stop(self) -> None:
         """Stop the profiler (flushing what it holds) and restore the target. Idempotent."""
-        if self.done:
-            return
-        self.done = True
-        try:
-            if self._started:
-                self.profiler.stop()
-        finally:
-            self._restore()
+        self._stepper.finish()
 
     def __enter__(self) -> CaptureHandle:
         return self
@@ -352,7 +344,8 @@ def capture_steps(
     active) x ``repeat``; each call is a ``record_function`` range ``"{label}#{k}"`` (label
     defaults to ``name``). The profiler starts at the first call, steps after each call, and
     stops and restores the target when the window ends, on ``stop()``, or when a call raises.
-    ``profiler_options`` go to :func:`build_profiler`.
+    ``profiler_options`` go to :func:`build_profiler`. The recipes run on the same engine
+    (:mod:`mstx_marks.profiling.windows`).
 
     >>> class Loop:
     ...     def step(self):
@@ -378,31 +371,8 @@ def capture_steps(
         save_path=save_path,
         **profiler_options,
     )
-    total = skip_first + (wait + warmup + active) * repeat
-
-    handle = CaptureHandle(prof, total)
-    from torch.profiler import record_function
-
-    def step(inner: Callable[..., Any]) -> Callable[..., Any]:
-        @functools.wraps(inner)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            if handle.done:
-                return inner(*args, **kwargs)
-            try:
-                # start() and step() are inside too: a failing trace handler must not leave the
-                # target patched with the profiler half-running.
-                handle._before()
-                with record_function(f"{label}#{handle.calls}"):
-                    result = inner(*args, **kwargs)
-                handle._after()
-            except BaseException:
-                handle.stop()
-                raise
-            return result
-
-        return wrapper
-
-    # again=True: a target already instrumented with ranges is captured with its ranges.
-    patch = replace(target, name, lambda owner, attr, raw: rewrap(raw, step), again=True)
-    handle._restore = patch.undo
-    return handle
+    schedule = Schedule(wait, warmup, active, repeat, skip_first)
+    stepper = Stepper(schedule, lambda context: prof, name=f"capture_steps({name})", strict=True,
+                      label=label)  # fmt: skip
+    stepper.add_iteration(target, name)
+    return CaptureHandle(prof, stepper)

@@ -24,7 +24,7 @@ import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Callable, Dict, List, NamedTuple, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple, Union
 
 from mstx_marks.base.checks import check_bool, check_ints, check_names
 from mstx_marks.profiling.options import CONTENTS, LEVELS
@@ -100,8 +100,10 @@ def verl_overrides(
 ) -> List[str]:
     """The Hydra overrides that profile ``steps`` of a verl job on NPU, MSTX ranges included.
 
-    ``roles``: actor, ref, rollout, critic. ``ranks`` (global ranks) or ``all_ranks``; neither
-    means verl's default, rank 0. ``level`` and ``analysis`` left ``None`` keep verl's defaults;
+    ``roles``: actor, ref, rollout, critic. ``ranks`` (global ranks for actor, ref and critic;
+    for rollout, replica ranks: verl selects rollout servers by replica, as the guide says) or
+    ``all_ranks``; neither means verl's default, rank 0. ``level`` and ``analysis`` left
+    ``None`` keep verl's defaults;
     ``contents`` defaults to ``[npu, cpu]`` (what ``[]`` meant up to verl 0.9.0; from 0.9.1 the
     default ``[]`` requests no NPU activity and so collects no MSTX) and must list ``npu``.
     ``discrete=None`` means True when rollout is profiled (it needs it), else verl's
@@ -121,6 +123,8 @@ def verl_overrides(
     ...
     TypeError: steps must be a list of ints, got int 5
     """
+    # Long by design: one check per argument, each raising with the rule verl enforces later,
+    # then the overrides in verl's key order; splitting it scatters the rules.
     if tool != "npu":
         hint = "an unknown tool silently disables profiling" if tool not in TOOLS else ""
         raise ValueError(
@@ -171,11 +175,12 @@ def verl_overrides(
             raise ValueError(f"token_window {token_window!r} needs stop > start")
     if (
         rollout
-        and engine == "vllm"
+        and engine in ("vllm", "sglang")
         and role_list == ["rollout"]
         and (level or analysis is not None)
     ):
-        raise ValueError("vLLM ignores level and analysis: they have no effect on rollout")
+        who = "vLLM" if engine == "vllm" else "SGLang (it reads contents and the token window only)"
+        raise ValueError(f"{who} ignores level and analysis: they have no effect on rollout")
     if rollout and engine == "sglang" and content_list and "memory" in content_list:
         raise ValueError("SGLang cannot collect memory: drop 'memory' from contents")
     if "ref" in role_list and uses_reference is False:
@@ -423,6 +428,8 @@ def _is_verl_key(key: str) -> bool:
 def _check_job(seen: Dict[str, Tuple[int, str, _Value]], report: _JobReport) -> None:
     """The rules that span several overrides."""
 
+    # Long by design: one rule after another over the same lookups (get/role_get/where).
+
     def get(key: str, default: _Value = None) -> _Value:
         return seen[key][2] if key in seen else default
 
@@ -438,6 +445,7 @@ def _check_job(seen: Dict[str, Tuple[int, str, _Value]], report: _JobReport) -> 
                 return seen[key][0], seen[key][1]
         return 0, "(not set)"
 
+    _check_token_window(role_get, where, report)
     enabled = [r for r in ROLES if role_get(r, "enable", False) is True]
     if not enabled:
         return
@@ -458,17 +466,14 @@ def _check_job(seen: Dict[str, Tuple[int, str, _Value]], report: _JobReport) -> 
         if role_get("rollout", npu + "discrete") not in (True, _SHELL):
             report(*line, "rollout profiling needs tool_config.npu.discrete=True")
         engine = get("actor_rollout_ref.rollout.name")
-        if engine == "vllm":
+        if engine in ("vllm", "sglang"):
+            name = "vLLM" if engine == "vllm" else "SGLang (it reads contents and the token window)"
             for k in ("level", "analysis"):
                 if f"{ROLES['rollout']}.{npu}{k}" in seen:
-                    report(*where(f"{ROLES['rollout']}.{npu}{k}"), f"vLLM ignores {k}")
+                    report(*where(f"{ROLES['rollout']}.{npu}{k}"), f"{name} ignores {k}")
         contents = role_get("rollout", npu + "contents", [])
         if engine == "sglang" and isinstance(contents, list) and "memory" in contents:
             report(*line, "SGLang cannot collect memory: drop it from rollout contents")
-        start = role_get("rollout", npu + "profile_token_start")
-        stop = role_get("rollout", npu + "profile_token_end")
-        if isinstance(start, int) and isinstance(stop, int) and stop <= start:
-            report(*where(f"{ROLES['rollout']}.{npu}profile_token_end"), "needs end > start")
     if tool in ("npu", None):
         for r in enabled:
             contents = role_get(r, npu + "contents")
@@ -502,6 +507,22 @@ def _check_job(seen: Dict[str, Tuple[int, str, _Value]], report: _JobReport) -> 
                     *where(f"{ROLES[r]}.{npu}discrete"),
                     "profile_continuous_steps needs discrete=False",
                 )
+
+
+def _check_token_window(role_get: Any, where: Any, report: _JobReport) -> None:
+    """verl's NPUToolConfig (0.9.1 config.py 245-246) refuses end <= start at start-up, whether
+    or not profiling is on: a reversed or empty window is an error here too."""
+    npu = "tool_config.npu."
+    start = role_get("rollout", npu + "profile_token_start")
+    stop = role_get("rollout", npu + "profile_token_end")
+    if isinstance(start, int) and isinstance(stop, int) and stop <= start:
+        line, text = where(f"{ROLES['rollout']}.{npu}profile_token_end")
+        report(
+            line,
+            text,
+            f"profile_token_end={stop} must be > profile_token_start={start}"
+            " (verl refuses an empty or reversed token window at start-up)",
+        )
 
 
 def check_verl_inputs(inputs: Sequence[str]) -> int:

@@ -13,6 +13,11 @@ or ``_exit`` within milliseconds; no atexit hook, no Python signal handler runs)
 the real ``ActorRolloutRefWorker.compute_log_prob`` K times on a stand-in worker with no
 profiler (``self.actor`` a stand-in engine), so the patched stage records K ranges.
 
+``env OUT N1 N2 PAUSE RESULT``: ``MSTX_MARKS_OUT`` in ``env_vars`` only (no setup hook, no
+framework): two actors of different classes (``Trainer`` and ``Rollout``, both ``RANK`` 0, as
+on one GPU) run N1 and N2 ranges; ``import mstx_marks`` in each (unpickling the decorated
+method) activates the recording; PAUSE seconds later a plain ``ray.shutdown()``.
+
 Writes RESULT as JSON: the driver's pid and what each actor reported. (Ray is imported inside
 the functions: pytest's ``--doctest-modules`` imports this file in the test process too.)
 """
@@ -72,6 +77,46 @@ def hook(out: str, n1: int, n2: int, pause: float) -> dict[str, Any]:
     return {"marked": marked, "idle": idle_info}
 
 
+def env(out: str, n1: int, n2: int, pause: float) -> dict[str, Any]:
+    import ray
+
+    from mstx_marks import mstx_range
+
+    def report(n: int) -> dict[str, Any]:
+        import mstx_marks.launch.activate as act
+        from mstx_marks.export.out import process_role
+
+        return {"pid": os.getpid(), "ranges": n, "activated_in": act._done_in,
+                "role": process_role()}  # fmt: skip
+
+    class Staged:
+        @mstx_range(STAGE, domain="ray_test")
+        def stage(self, i: int) -> int:
+            return i * i
+
+        def run(self, n: int) -> dict[str, Any]:
+            for i in range(n):
+                self.stage(i)
+            return report(n)
+
+    class Trainer(Staged):
+        pass
+
+    class Rollout(Staged):
+        pass
+
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        runtime_env={"env_vars": {"MSTX_MARKS_OUT": out, "RANK": "0"}},
+    )
+    actors = [ray.remote(num_cpus=0)(c).remote() for c in (Trainer, Rollout)]
+    marked = ray.get([a.run.remote(n) for a, n in zip(actors, (n1, n2))])
+    time.sleep(pause)
+    ray.shutdown()
+    return {"marked": marked}
+
+
 def verl(out: str, calls: int) -> dict[str, Any]:
     import ray
 
@@ -128,6 +173,9 @@ def main(argv: list[str]) -> None:
     if mode == "hook":
         out, n1, n2, pause, result = args
         found = hook(out, int(n1), int(n2), float(pause))
+    elif mode == "env":
+        out, n1, n2, pause, result = args
+        found = env(out, int(n1), int(n2), float(pause))
     elif mode == "verl":
         out, calls, result = args
         found = verl(out, int(calls))

@@ -12,9 +12,11 @@ Kinds (:func:`find_trace_files` finds them by name, anywhere under the folder):
 
 :func:`read_trace_file` gives the file's traces with every record (for timelines);
 :func:`part_of_file` gives what ``summary`` keeps of each process in it, reading a database in
-SQL (:mod:`.ascend_sql`). Both pair ``X_start``/``X_stop`` marks into ranges. A file that
-cannot be read raises :class:`~mstx_marks.base.records.TraceFileError` naming it and why; a readable
-file with nothing to count raises :class:`~.chrome_json.NothingToRead`.
+SQL (:mod:`.ascend_sql`). Both pair ``X_start``/``X_stop`` marks into ranges. Unfinished
+atomic writes (``*.tmp*``, ``*-journal``) are never read, and those whose writer is gone are
+removed (:func:`~mstx_marks.export.files.sweep_temps`). A file that cannot be read raises
+:class:`~mstx_marks.base.records.TraceFileError` naming it and why; a readable file with nothing
+to count raises :class:`~.chrome_json.NothingToRead`.
 
 >>> import tempfile, pathlib
 >>> root = pathlib.Path(tempfile.mkdtemp())
@@ -39,7 +41,7 @@ from mstx_marks.analysis.steps import StepOptions, fold_name
 from mstx_marks.base.records import RankTrace, Record
 from mstx_marks.export.ascend_db import read_ascend_db
 from mstx_marks.export.chrome import is_ours, load_trace_json, read_chrome_doc
-from mstx_marks.export.files import is_temp_name
+from mstx_marks.export.files import is_temp_name, sweep_temps
 from mstx_marks.export.spill import SPILL_SUFFIX, read_spill
 
 __all__ = [
@@ -89,6 +91,8 @@ def find_trace_files(path: str | Path, errors: list[str] | None = None) -> list[
     for folder, _dirs, files in os.walk(root, onerror=unreadable):
         base = Path(folder)
         found.extend(base / f for f in files if is_trace_file(base / f))
+        if any(is_temp_name(f) for f in files):
+            sweep_temps(base)  # what writers killed mid-write left (only theirs: never raises)
     return sorted(found)
 
 
