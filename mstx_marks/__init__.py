@@ -18,6 +18,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from mstx_marks.base import VERSION
+from mstx_marks.base import env as _env
 from mstx_marks.base.diagnostics import MstxMarksWarning
 from mstx_marks.base.names import DEFAULT_DOMAIN, MAX_NAME_BYTES
 from mstx_marks.base.phases import Phase
@@ -109,7 +110,7 @@ def __dir__() -> list[str]:
 # MSTX_MARKS_OUT set: this process records and writes there like a launched one, whatever
 # imported the library (a plain `MSTX_MARKS_OUT=prof python train.py`, a Ray actor given only
 # runtime_env env_vars). Unset: nothing more is imported. Idempotent; never raises.
-if __import__("os").environ.get("MSTX_MARKS_OUT", "").strip():
+if _env.text(_env.OUT):
     from mstx_marks.launch.activate import activate_at_import
 
     activate_at_import()
