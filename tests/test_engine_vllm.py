@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -238,10 +239,13 @@ def test_summary_counts_both_processes(marked: Launch, vllm_python: Path) -> Non
         env=clean_env(), capture_output=True, text=True, timeout=120, check=True,
     )  # fmt: skip
     data = json.loads(shown.stdout)
-    phases = {p["name"]: p["all"]["count"] for p in data["phases"]}
-    # Both processes say rank 0: neither may hide the other (EngineCore's steps, worker's phases).
+    phases: Counter[str] = Counter()
+    for p in data["phases"]:
+        phases[p["name"]] += p["all"]["count"]
+    # Both processes say rank 0: neither may hide the other (EngineCore's steps, worker's
+    # phases), and each is shown under its own role.
     assert phases == counts(procs.engine.ranges) + counts(procs.worker.ranges)
-    assert set(data["ranks"]) == {"0"}
+    assert set(data["ranks"]) == {f"{procs.engine.role}:0", f"{procs.worker.role}:0"}
 
 
 # --- the analysis presets in the real engine: dp_analysis's step ranges, module ranges ----------

@@ -94,8 +94,9 @@ def read_json(path: Path) -> Any:
 
 def files_by_pid(out: Path, pids: Iterable[int]) -> dict[int | None, list[Path]]:
     """Every file under ``out`` by the process (among ``pids``) whose name it carries: the
-    spill ``<host>-<pid>.jsonl``, the Chrome trace ``rank<R>-<host>-<pid>.trace.json``, the
-    database folder ``<host>_<pid>_<ms>_ascend_pt``. Files of no such process are under None."""
+    spill ``<host>-<pid>.jsonl``, the Chrome trace ``[<role>-]rank<R>-<host>-<pid>.trace.json``,
+    the database folder ``[<role>_]<host>_<pid>_<ms>_ascend_pt``. Files of no such process are
+    under None."""
     host = socket.gethostname()
     found: dict[int | None, list[Path]] = {}
     for path in sorted(out.rglob("*")):
@@ -109,7 +110,7 @@ def files_by_pid(out: Path, pids: Iterable[int]) -> dict[int | None, list[Path]]
                 for pid in pids
                 if name == f"{host}-{pid}.jsonl"
                 or name.endswith(f"-{host}-{pid}.trace.json")
-                or name.startswith(f"{host}_{pid}_")
+                or (name.endswith("_ascend_pt") and f"{host}_{pid}_" in name)
             ),
             None,
         )

@@ -47,9 +47,9 @@ def _kind(scheduler_output: Any) -> str:
     from vllm.v1.utils import compute_iteration_details
 
     details = compute_iteration_details(scheduler_output)
-    if details.num_context_requests and details.num_generation_requests:
+    if details.num_ctx_requests and details.num_generation_requests:
         return "mixed_batch"
-    return "prefill_batch" if details.num_context_requests else "decode_batch"
+    return "prefill_batch" if details.num_ctx_requests else "decode_batch"
 
 
 def _tokens(scheduler_output: Any) -> int:
