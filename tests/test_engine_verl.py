@@ -68,7 +68,7 @@ def test_the_class_attribute_is_verls_own_and_keeps_its_register_marker(
         f"ActorRolloutRefWorker.{method}",
     ]
     # ...and what changed is the closure cell DistProfiler.annotate's wrapper calls through.
-    assert found["cell"]["file"].endswith("mstx_marks/presets/verl.py")
+    assert found["cell"]["file"].endswith("mstx_marks/capture/presets/verl.py")
     assert found["cell_wraps_original"]
 
 

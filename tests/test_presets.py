@@ -411,3 +411,215 @@ def test_every_target_names_a_registered_phase_and_a_real_path() -> None:
             phases.lookup(t.phase)  # raises for a name the registry does not know
         assert all(part.isidentifier() for part in t.module.split(".") + t.path.split("."))
     assert len(set(presets.TARGETS)) == len(presets.TARGETS)
+
+
+# --- verl: subclasses that override a patched method, the reward loop, the exit warning ----------
+
+
+def test_a_subclass_override_is_patched_before_and_after_and_undone(
+    monkeypatch: pytest.MonkeyPatch, recorder: mstx_marks.Recorder
+) -> None:
+    from mstx_marks.capture.presets.target import covered
+
+    class AgentLoopWorker:  # verl/experimental/agent_loop/agent_loop.py:481 (async method)
+        async def generate_sequences(self, batch: int) -> int:
+            return batch
+
+    class Early(AgentLoopWorker):  # exists when the preset patches the base
+        async def generate_sequences(self, batch: int) -> int:
+            return batch + 1
+
+    class Inherits(AgentLoopWorker):  # no override: the base's wrapper serves it
+        pass
+
+    fake_module(
+        monkeypatch, "verl.experimental.agent_loop.agent_loop", AgentLoopWorker=AgentLoopWorker
+    )
+    before = {c: dict(vars(c)) for c in (AgentLoopWorker, Early, Inherits)}
+    with presets.apply("verl") as report:
+
+        class Late(Early):  # created afterwards (as Ray rebuilds AgentLoopWorkerTQ in an actor)
+            async def generate_sequences(self, batch: int) -> int:
+                return batch + 2
+
+        class Later(Late):  # no override of its own
+            pass
+
+        assert all(covered(vars(c)["generate_sequences"]) for c in (Early, Late))
+        assert "generate_sequences" not in vars(Later)
+        import asyncio
+        import inspect
+
+        assert inspect.iscoroutinefunction(Late.generate_sequences)
+        results = [
+            asyncio.run(c().generate_sequences(1)) for c in (AgentLoopWorker, Early, Late, Later)
+        ]
+        assert presets.apply("verl").patched == ()  # never twice, subclasses included
+        assert f"{__name__}:{Late.__qualname__}.generate_sequences" in presets.patched("verl")
+    assert results == [1, 2, 3, 3]
+    assert [r.name for r in recorder.records()] == ["generate_sequences"] * 4  # one per call
+    assert report.patched == (
+        "verl.experimental.agent_loop.agent_loop:AgentLoopWorker.generate_sequences",
+        f"{__name__}:{Early.__qualname__}.generate_sequences",
+    )
+    assert {c: dict(vars(c)) for c in (AgentLoopWorker, Early, Inherits)} == before
+    assert not covered(vars(Late)["generate_sequences"])  # undone too
+
+    class AfterUndo(AgentLoopWorker):
+        async def generate_sequences(self, batch: int) -> int:
+            return batch
+
+    assert not covered(vars(AfterUndo)["generate_sequences"])  # the hook is gone
+
+
+def test_a_base_with_its_own_init_subclass_keeps_it() -> None:
+    from mstx_marks.capture.presets.target import Options, Target, patch_target
+
+    seen: list[tuple[str, Any]] = []
+
+    class Base:
+        def __init_subclass__(cls, tag: Any = None, **kwargs: Any) -> None:
+            super().__init_subclass__(**kwargs)
+            seen.append((cls.__name__, tag))
+
+        def run(self) -> str:
+            return "base"
+
+    t = Target("verl", __name__, "Base.run", "step", "any")
+    handle = patch_target(t, Base, "run", Options(), "x:Base.run")
+    try:
+
+        class Sub(Base, tag="t"):
+            def run(self) -> str:
+                return "sub"
+
+        assert Sub().run() == "sub" and handle.patched == ("x:Base.run",)
+    finally:
+        handle.undo()
+    assert seen == [("Sub", "t")]
+    assert isinstance(vars(Base)["__init_subclass__"], classmethod)  # its own, put back
+
+
+async def _overlapping_scores(worker: Any) -> list[float]:
+    import asyncio
+
+    return await asyncio.gather(*(worker.compute_score(d) for d in (0.03, 0.01, 0.02)))
+
+
+def test_reward_loop_worker_calls_overlap_and_each_range_ends_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import asyncio
+
+    log: list[tuple[str, Any]] = []
+
+    class RewardLoopWorker:  # verl/experimental/reward_loop/reward_loop.py:145 (0.9.1)
+        async def compute_score(self, delay: float) -> float:
+            await asyncio.sleep(delay)
+            log.append(("scored", delay))
+            return delay
+
+    class Ids(mstx_marks.backends.Backend):
+        name = "ids"
+
+        def emitter(self, stream: object) -> mstx_marks.backends.Emitter:
+            ids = iter(range(1, 100))
+
+            def start(name: str, domain: str) -> int:
+                rid = next(ids)
+                log.append(("start", rid))
+                return rid
+
+            return mstx_marks.backends.Emitter(
+                self, start, lambda rid, d: log.append(("end", rid)), lambda n, d: None
+            )
+
+    fake_module(
+        monkeypatch, "verl.experimental.reward_loop.reward_loop", RewardLoopWorker=RewardLoopWorker
+    )
+    mstx_marks.configure(backend=Ids())
+    with presets.apply("verl") as report:
+        assert asyncio.run(_overlapping_scores(RewardLoopWorker())) == [0.03, 0.01, 0.02]
+    assert "verl.experimental.reward_loop.reward_loop:RewardLoopWorker.compute_score" in (
+        report.patched
+    )
+    # All three open at once; each ends right after its own score, exactly once.
+    assert log[:3] == [("start", 1), ("start", 2), ("start", 3)]
+    assert log[3:] == [
+        ("scored", 0.01), ("end", 2), ("scored", 0.02), ("end", 3), ("scored", 0.03), ("end", 1),
+    ]  # fmt: skip
+
+
+def test_nothing_patched_warns_only_where_a_targeted_module_was_imported(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name in [m for m in sys.modules if m == "verl" or m.startswith("verl.")]:
+        monkeypatch.delitem(sys.modules, name)
+    fake_module(monkeypatch, "verl")  # a Ray driver: verl imported, no worker module
+    monkeypatch.setitem(presets._handles, "verl", [])
+    assert presets.nothing_patched("verl") == []
+
+    class AgentLoopWorker:  # a version without the method the preset looks for
+        pass
+
+    fake_module(
+        monkeypatch, "verl.experimental.agent_loop.agent_loop", AgentLoopWorker=AgentLoopWorker
+    )
+    assert presets.nothing_patched("verl") == ["verl.experimental.agent_loop.agent_loop"]
+    presets._armed["verl"] = Options()
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        presets._say_if_nothing_patched()
+    messages = [str(w.message) for w in got if "patched nothing" in str(w.message)]
+    assert len(messages) == 1 and "verl.experimental.agent_loop.agent_loop" in messages[0]
+
+
+def test_registry_knows_verl_0_9_and_mindspeed_rl_names() -> None:
+    from mstx_marks.analysis.coverage import EXPECTATIONS
+    from mstx_marks.base import phases
+
+    assert {
+        name: phases.canonical(name)
+        for name in (
+            "wait_for_enough_samples", "timing_s/param_sync", "sync_rollout_weights",
+            "rollouter/validate_time", "generate_async", "forward_backward",
+            "Actor.compute_log_prob", "ActorRolloutHybrid.compute_log_prob",
+            "Actor.update_actor", "ActorRolloutHybrid.update_actor", "Critic.compute_values",
+            "Critic.update_critic", "Reference.compute_log_prob",
+            "BaseWorker.dispatch_transfer_dock_data", "BaseWorker.collect_transfer_dock_data",
+            "MegatronShardingManager.enter_infer_mode", "MegatronShardingManager.exit_infer_mode",
+            "MegatronShardingManager.enter_train_mode", "MegatronShardingManager.exit_train_mode",
+            "MegatronOffLoader.offload_param", "MegatronOffLoader.onload_optimizer",
+        )
+    } == {
+        "wait_for_enough_samples": "wait_for_enough_samples",
+        "timing_s/param_sync": "update_weights",
+        "sync_rollout_weights": "update_weights",
+        "rollouter/validate_time": "testing",
+        "generate_async": "generate_sequences",
+        "forward_backward": "forward_backward",
+        "Actor.compute_log_prob": "compute_log_prob",
+        "ActorRolloutHybrid.compute_log_prob": "compute_log_prob",
+        "Actor.update_actor": "update_actor",
+        "ActorRolloutHybrid.update_actor": "update_actor",
+        "Critic.compute_values": "compute_values",
+        "Critic.update_critic": "update_critic",
+        "Reference.compute_log_prob": "compute_ref_log_prob",
+        "BaseWorker.dispatch_transfer_dock_data": "transfer_dock_dispatch",
+        "BaseWorker.collect_transfer_dock_data": "transfer_dock_collect",
+        "MegatronShardingManager.enter_infer_mode": "resharding_to_infer",
+        "MegatronShardingManager.exit_infer_mode": "resharding_to_infer",
+        "MegatronShardingManager.enter_train_mode": "resharding_to_train",
+        "MegatronShardingManager.exit_train_mode": "resharding_to_train",
+        "MegatronOffLoader.offload_param": "offload",
+        "MegatronOffLoader.onload_optimizer": "onload",
+    }  # fmt: skip
+    assert phases.COMPUTE_SCORE.emitted == "preset"
+    # What verl 0.7.1-0.9.1 emit with the preset: the reward is the per-trajectory score.
+    assert "compute_score" in EXPECTATIONS["verl-grpo"]
+    assert "reward" not in EXPECTATIONS["verl-grpo"]
+    verl_rows = {t.phase for t in presets.targets("verl")}
+    assert {"compute_score", "compute_rm_score", "generate_sequences"} <= verl_rows
+    from mstx_marks.capture.presets.verl import TRAINER_MODULES
+
+    assert "verl.trainer.main_ppo_sync" in TRAINER_MODULES

@@ -49,11 +49,14 @@ __all__ = [
     "DRAFT_EXTEND_BATCH",
     "DUMP_ROLLOUT",
     "EMITTED",
+    "FORWARD_BACKWARD",
     "GENERATE_SEQUENCES",
     "INFER_BATCH",
     "MICRO_BATCH",
     "MINI_BATCH",
     "MIXED_BATCH",
+    "OFFLOAD",
+    "ONLOAD",
     "PREFILL_BATCH",
     "RESHARDING_TO_INFER",
     "RESHARDING_TO_TRAIN",
@@ -71,12 +74,15 @@ __all__ = [
     "TOOL_CALLS",
     "TRAIN_BATCH",
     "TRAIN_MINI_BATCH",
+    "TRANSFER_DOCK_COLLECT",
+    "TRANSFER_DOCK_DISPATCH",
     "UPDATE_ACTOR",
     "UPDATE_CRITIC",
     "UPDATE_WEIGHTS",
     "VERIFY_BATCH",
     "VLLM_GENERATE_SEQUENCES",
     "VLLM_ONE_STEP",
+    "WAIT_FOR_ENOUGH_SAMPLES",
     "Phase",
     "UnknownPhase",
     "all_phases",
@@ -368,6 +374,7 @@ GENERATE_SEQUENCES = _std(
         "gen",  # verl trainer timer
         "rollout_generate",  # verl <= 0.7 role
         "gen_max",  # verl <= 0.7 trainer timer (REMAX baseline generation)
+        "generate_async",  # verl one-step-off trainer timer (rollout overlapped with training)
         "ActorHybridWorkerBase.generate_sequences",  # MindSpeed-RL range
         "ActorRolloutHybrid.generate_sequences",  # MindSpeed-RL range
         "actor_generate",  # MindSpeed-RL stage
@@ -382,6 +389,8 @@ COMPUTE_LOG_PROB = _std(
         "old_log_prob",  # verl trainer timer
         "actor_compute_log_prob",  # verl 0.9.1+ marker; MindSpeed-RL stage
         "ActorHybridWorkerBase.compute_log_prob",  # MindSpeed-RL range
+        "Actor.compute_log_prob",  # MindSpeed-RL range (models/actor.py)
+        "ActorRolloutHybrid.compute_log_prob",  # MindSpeed-RL range
         "old_log_p",  # MindSpeed-RL timer
     ),
 )
@@ -394,6 +403,7 @@ COMPUTE_REF_LOG_PROB = _std(
         "ref_compute_log_prob",  # verl 0.9.1+ marker
         "ReferenceWorkerBase.compute_ref_log_prob",  # MindSpeed-RL range
         "IntegratedWorker.compute_ref_log_prob",  # MindSpeed-RL range
+        "Reference.compute_log_prob",  # MindSpeed-RL range (models/reference.py)
         "reference_compute_log_prob",  # MindSpeed-RL stage
         "reference_model",  # MindSpeed-RL timer
     ),
@@ -402,21 +412,25 @@ COMPUTE_VALUES = _std(
     "compute_values",
     "verl <= 0.7 stage marker; MindSpeed-RL",
     "critic values of the rollout",
-    ("values", "CriticWorkerBase.compute_values", "critic_compute_values"),
+    ("values", "CriticWorkerBase.compute_values", "Critic.compute_values", "critic_compute_values"),
 )
-REWARD = _std("reward", "verl trainer timer", "the whole reward stage of a step")
+REWARD = _std(
+    "reward",
+    "verl trainer timer (legacy trainer; v1 only with a reward model in the training pool)",
+    "the whole reward stage of a step",
+)
 COMPUTE_RM_SCORE = _std(
     "compute_rm_score",
-    "verl <= 0.7.0 stage marker; MindSpeed-RL",
+    "verl <= 0.7.0 stage marker; verl 0.7.1+ RewardLoopManager (preset); MindSpeed-RL",
     "scores from a reward model",
     ("Reward.compute_rm_score", "reward_model"),
 )
 COMPUTE_SCORE = _std(
     "compute_score",
-    "verl agent loop; MindSpeed-RL",
-    "scores from a reward function or rule (a metric key in verl's agent loop)",
+    "verl 0.7.1+ RewardLoopWorker (preset; a metric key in verl's agent loop); MindSpeed-RL",
+    "scores from a reward function or rule: in verl one range per trajectory, overlapping",
     ("compute_verifier_score", "rule_reward"),
-    emitted="metric",
+    emitted="preset",
 )
 ADV = _std(
     "adv", "verl trainer timer; MindSpeed-RL", "advantage estimation", ("compute_advantage",)
@@ -425,13 +439,19 @@ UPDATE_CRITIC = _std(
     "update_critic",
     "verl <= 0.7 stage marker; MindSpeed-RL",
     "critic training",
-    ("critic_update", "CriticWorkerBase.update"),
+    ("critic_update", "CriticWorkerBase.update", "Critic.update_critic"),
 )
 UPDATE_ACTOR = _std(
     "update_actor",
     "verl stage marker (0.9.1+: actor_update); MindSpeed-RL",
     "actor (policy) training",
-    ("actor_update", "ActorHybridWorkerBase.update", "update"),
+    (
+        "Actor.update_actor",  # MindSpeed-RL range (models/actor.py)
+        "ActorRolloutHybrid.update_actor",  # MindSpeed-RL range
+        "actor_update",
+        "ActorHybridWorkerBase.update",
+        "update",
+    ),
 )
 TRAIN_BATCH = _std(
     "train_batch",
@@ -450,9 +470,32 @@ INFER_BATCH = _std(
     "one forward-only pass (log-probs, critic values)",
     emitted="preset",
 )
-UPDATE_WEIGHTS = _std("update_weights", "verl 0.7.1+ trainer timer", "send weights to rollout")
+UPDATE_WEIGHTS = _std(
+    "update_weights",
+    "verl 0.7.1+ trainer timer",
+    "send weights to rollout",
+    (
+        "sync_rollout_weights",  # verl one-step-off trainer timer
+        "timing_s/param_sync",  # verl fully-async trainer timer
+    ),
+)
 SAVE_CHECKPOINT = _std("save_checkpoint", "verl trainer timer; torch_npu", "checkpoint saving")
-TESTING = _std("testing", "verl trainer timer", "validation run")
+TESTING = _std(
+    "testing",
+    "verl trainer timer",
+    "validation run",
+    ("rollouter/validate_time",),  # verl fully-async rollouter timer
+)
+WAIT_FOR_ENOUGH_SAMPLES = _std(
+    "wait_for_enough_samples",
+    "verl fully-async trainer timer",
+    "the trainer waits until the rollouter has enough samples for a step",
+)
+FORWARD_BACKWARD = _std(
+    "forward_backward",
+    "verl 0.9.1+ TinkerTrainingWorker marker",
+    "one forward-backward pass of the Tinker training worker",
+)
 DUMP_ROLLOUT = _std(
     "dump_rollout_generations", "verl trainer timer", "writing rollout generations to disk"
 )
@@ -544,15 +587,49 @@ SGLANG_FORWARD = _std(
     domain="sglang_forward",
     emitted="range",
 )
+TRANSFER_DOCK_DISPATCH = _std(
+    "transfer_dock_dispatch",
+    "MindSpeed-RL range",
+    "a worker fetches its input from the transfer dock",
+    ("BaseWorker.dispatch_transfer_dock_data",),
+)
+TRANSFER_DOCK_COLLECT = _std(
+    "transfer_dock_collect",
+    "MindSpeed-RL range",
+    "a worker puts its output into the transfer dock",
+    ("BaseWorker.collect_transfer_dock_data", "BaseWorker.collect_transfer_dock_mm_data"),
+)
+OFFLOAD = _std(
+    "offload",
+    "MindSpeed-RL range",
+    "move training state (params, grads, optimizer) from the device to the host",
+    (
+        "MegatronOffLoader.offload_param",
+        "MegatronOffLoader.offload_grad",
+        "MegatronOffLoader.offload_optimizer",
+        "MegatronOffLoader.swap_tensors_to_host",
+    ),
+)
+ONLOAD = _std(
+    "onload",
+    "MindSpeed-RL range",
+    "move training state (params, grads, optimizer) back from the host to the device",
+    (
+        "MegatronOffLoader.onload_param",
+        "MegatronOffLoader.onload_grad",
+        "MegatronOffLoader.onload_optimizer",
+        "MegatronOffLoader.swap_tensors_to_device",
+    ),
+)
 RESHARDING_TO_INFER = _std(
     "resharding_to_infer",
     "MindSpeed-RL timer",
     "reshard actor weights from training to inference",
-    ("MegatronShardingManager.enter_infer_mode",),
+    ("MegatronShardingManager.enter_infer_mode", "MegatronShardingManager.exit_infer_mode"),
 )
 RESHARDING_TO_TRAIN = _std(
     "resharding_to_train",
     "MindSpeed-RL timer",
     "reshard actor weights back to the training layout",
-    ("MegatronShardingManager.exit_infer_mode",),
+    ("MegatronShardingManager.enter_train_mode", "MegatronShardingManager.exit_train_mode"),
 )

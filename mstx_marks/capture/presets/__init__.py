@@ -8,9 +8,15 @@ framework itself, so no device is probed early) and patches it then; :func:`appl
 patches now. ``MSTX_MARKS_INSTRUMENT=verl,vllm`` arms them in every process of a job (see
 :mod:`mstx_marks.launch.activate`).
 
+A row on a class covers its subclasses too: one that overrides the method (existing when the
+row patches, or created later, also when Ray rebuilds it by value in an actor) is patched the
+same way, and undone with it (:func:`~mstx_marks.capture.presets.target.patch_target`).
+
 A preset that finds a module without the attribute it expects says so once, naming the
-framework's version and what it looked for; a process that imported a framework and got nothing
-patched says so at exit.
+framework's version and what it looked for. A process that imported one of the modules a preset
+targets and got nothing patched says so at exit; one that imported the framework without any of
+those modules (a Ray driver of a verl job, which runs no worker) did no framework work to mark,
+and says nothing.
 
 >>> from mstx_marks.capture import presets
 >>> sorted(presets.FRAMEWORKS)[:5]
@@ -39,7 +45,14 @@ from mstx_marks.capture.presets import mindspeed_rl as _mindspeed_rl
 from mstx_marks.capture.presets import sglang as _sglang
 from mstx_marks.capture.presets import verl as _verl
 from mstx_marks.capture.presets import vllm as _vllm
-from mstx_marks.capture.presets.target import Options, Target, named_per_call
+from mstx_marks.capture.presets.target import (
+    Options,
+    SubclassWatch,
+    Target,
+    combine,
+    named_per_call,
+    patch_target,
+)
 from mstx_marks.core.sampling import Policy
 
 __all__ = [
@@ -51,6 +64,7 @@ __all__ = [
     "arm",
     "framework_version",
     "named_per_call",
+    "nothing_patched",
     "patched",
     "targets",
 ]
@@ -104,7 +118,13 @@ def framework_version(framework: str) -> str:
 def patched(framework: str) -> tuple[str, ...]:
     """What ``framework``'s preset has patched in this process so far."""
     with _lock:
-        return tuple(label for h in _handles[framework] for label in h.patched)
+        handles = list(_handles[framework])
+    return tuple(
+        label
+        for h in handles
+        for p in list(h._patches)
+        for label in (p.labels() if isinstance(p, SubclassWatch) else (p.label,))
+    )
 
 
 def _resolve(module: ModuleType, path: str) -> tuple[Any, str] | None:
@@ -134,15 +154,16 @@ def _patch_module(
             missing.append(t.path)
             continue
         try:
-            handle = t.patch(found[0], found[1], t, options)
+            # Reports name the framework's path, not the patched object; a subclass that
+            # overrides the method is patched too, now or when it is created.
+            handle = patch_target(t, found[0], found[1], options, label)
         except Exception as exc:
             skipped.append((label, f"{type(exc).__name__}: {exc}"))
             warn_once(("preset", label), f"{t.framework} preset: could not patch {label} ({exc})")
             continue
-        for patch in handle._patches:
-            patch.label = label  # reports name the framework's path, not the patched object
-        done.append(Instrumented(handle._patches, [(label, why) for _, why in handle.skipped]))
-        skipped.extend(done[-1].skipped)
+        handle.skipped = tuple((label, why) for _, why in handle.skipped)
+        done.append(handle)
+        skipped.extend(handle.skipped)
     if missing and not done:
         # Rows of other versions are expected to be missing; none found at all is news.
         version = framework_version(rows[0].framework)
@@ -208,21 +229,35 @@ def apply(
             skipped.extend((f"{t.module}:{t.path}", f"{type(exc).__name__}: {exc}") for t in rows)
             continue
         handles += _patch_module(module, rows, options, skipped)
-    return Instrumented([p for h in handles for p in h._patches], skipped)
+    return combine(handles, skipped)
+
+
+def nothing_patched(framework: str) -> list[str]:
+    """The modules ``framework``'s preset targets that this process imported, when nothing of
+    the framework was patched here: the process did framework work that no range marks. Empty
+    when something was patched, or when none of those modules was imported (the process did no
+    work the preset knows, such as a Ray driver that imports verl and runs no worker)."""
+    imported = [m for m in _by_module(framework) if m in sys.modules]
+    if not imported or patched(framework):
+        return []
+    return imported
 
 
 @atexit.register
 def _say_if_nothing_patched() -> None:
-    """``Nothing captured'' is never silent: a framework that this process imported, whose
-    preset was armed here, and of which nothing was patched."""
+    """``Nothing captured'' is never silent: an armed preset that patched nothing in a process
+    that imported the modules it targets (see :func:`nothing_patched`)."""
     for framework in list(_armed):
-        if framework in sys.modules and not patched(framework):
-            looked = ", ".join(sorted({f"{t.module}:{t.path}" for t in targets(framework)}))
+        imported = nothing_patched(framework)
+        if imported:
+            looked = ", ".join(
+                sorted({f"{t.module}:{t.path}" for t in targets(framework) if t.module in imported})
+            )
             warn_once(
                 ("preset nothing", framework),
-                f"{framework} {framework_version(framework)} was imported in this process but"
-                f" its preset patched nothing (looked for {looked}): this process marked no"
-                f" {framework} phase",
+                f"{framework} {framework_version(framework)}: this process imported"
+                f" {', '.join(imported)} but the preset patched nothing there (looked for"
+                f" {looked}): this process marked no {framework} phase",
             )
 
 

@@ -3,14 +3,16 @@
 MindSpeed-RL marks its stages itself: ``mindspeed_rl.utils.utils.mstx_timer_decorator`` wraps
 each stage method (``ActorHybridWorkerBase.generate_sequences``, ``.compute_log_prob``,
 ``.update``, ``ReferenceWorkerBase.compute_ref_log_prob``, ``CriticWorkerBase.compute_values``,
-``MegatronShardingManager.enter_infer_mode``, ...) in ``torch_npu.npu.mstx.range_start`` with
-the method's ``__qualname__``, default domain, no stream and no ``try/finally``. The preset
-replaces that decorator as soon as its module is imported, before the worker modules apply it:
-the ranges keep their names (what MindStudio Insight matches), end on exceptions too, and reach
-whatever backend is in use (recorded on a CPU box, MSTX on an NPU). MindSpeed-RL has no plugin
-entry point: activate it with the launcher (``mstx-marks run``) or Ray's
-``worker_process_setup_hook``. If the worker modules were imported before the preset was armed,
-they keep MindSpeed-RL's own decorator (one warning says so).
+the models' ``Actor.update_actor`` / ``Critic.update_critic`` / ``Reference.compute_log_prob``,
+``BaseWorker.dispatch_transfer_dock_data``, ``MegatronShardingManager.enter_infer_mode``,
+``MegatronOffLoader.offload_param``, ...; the registry folds each qualname into its phase)
+in ``torch_npu.npu.mstx.range_start`` with the method's ``__qualname__``, default domain, no
+stream and no ``try/finally``. The preset replaces that decorator as soon as its module is
+imported, before the worker modules apply it: the ranges keep their names (what MindStudio
+Insight matches), end on exceptions too, and reach whatever backend is in use (recorded on a
+CPU box, MSTX on an NPU). MindSpeed-RL has no plugin entry point: activate it with the launcher
+(``mstx-marks run``) or Ray's ``worker_process_setup_hook``. If the worker modules were imported
+before the preset was armed, they keep MindSpeed-RL's own decorator (one warning says so).
 
 >>> TARGETS[0].path
 'mstx_timer_decorator'
@@ -29,13 +31,25 @@ from mstx_marks.core.ranges import mstx_range
 
 __all__ = ["TARGETS"]
 
-#: Modules that apply the decorator when they are imported.
+#: Modules that apply the decorator when they are imported (every ``from
+#: mindspeed_rl.utils.utils import mstx_timer_decorator`` of Ascend/MindSpeed-RL @ 05a90d77).
 _USERS = (
+    "mindspeed_rl.models.actor",
+    "mindspeed_rl.models.actor_rollout_hybrid",
+    "mindspeed_rl.models.critic",
+    "mindspeed_rl.models.reference",
+    "mindspeed_rl.models.reward",
+    "mindspeed_rl.models.rule_verifier",
+    "mindspeed_rl.trainer.utils.compute_utils",
+    "mindspeed_rl.utils.pad_process",
     "mindspeed_rl.workers.actor_hybrid_worker",
     "mindspeed_rl.workers.base_worker",
     "mindspeed_rl.workers.critic_worker",
     "mindspeed_rl.workers.reference_worker",
     "mindspeed_rl.workers.integrated_worker",
+    "mindspeed_rl.workers.resharding.megatron_off_loader",
+    "mindspeed_rl.workers.resharding.megatron_sharding_manager",
+    "mindspeed_rl.workers.vit_worker",
 )
 
 

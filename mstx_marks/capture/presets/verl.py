@@ -10,7 +10,21 @@ Where the work runs, by version (read from the published wheels 0.6.1, 0.7.1, 0.
   stages, no ``generate_sequences``) and ``TrainingWorker`` (``train_batch`` once per mini-batch,
   ``train_mini_batch``, ``infer_batch``; the critic is a plain ``TrainingWorker``);
 - the agent loop's ``AgentLoopWorker.generate_sequences`` (async; ``AgentLoopWorkerBase`` in
-  0.6.x, where the module attribute is a Ray actor class);
+  0.6.x, where the module attribute is a Ray actor class). The v1 trainer's
+  ``AgentLoopWorkerTQ`` (0.8.0 ``trainer/main_ppo_sync.py``, 0.9.x
+  ``trainer/ppo/v1/agent_loop_tq.py``) overrides it; like every subclass that overrides a
+  patched method it is patched too (:func:`~mstx_marks.capture.presets.target.patch_target`),
+  also in the actor, where Ray rebuilds that ``@ray.remote`` class by value. Its
+  ``generate_sequences`` only spawns one task per prompt (``self.background_tasks``) and
+  returns: the range ends when the last of those tasks is done (:func:`until_background_tasks`);
+- the reward, 0.7.1 and newer: ``RewardLoopWorker.compute_score`` (async, in the reward-loop
+  actor), one ``compute_score`` range per trajectory; the calls of one actor overlap on its
+  event loop, each range ends once. This is where a function reward runs: the agent loop
+  streams each finished trajectory there while the rollout goes on, and the v1 trainer has no
+  ``reward`` timer then (the legacy one times a near-empty block). A reward model without its
+  own resource pool is scored from the trainer: ``RewardLoopManager.compute_rm_score``. (The
+  old ``verl.workers.reward_manager`` classes still ship but no trainer calls them, and
+  ``compute_reward``/``compute_reward_async`` are gone since 0.7.1.)
 - the trainers' ``marked_timer`` (``step``, ``gen``, ``reward``, ``old_log_prob``, ...), bound
   as a global in each trainer module: routed through
   :func:`mstx_marks.profiling.verl_config.marked_timer`.
@@ -44,7 +58,8 @@ from typing import Any, Callable
 from mstx_marks.capture.instrument import Instrumented, replace, replace_closure
 from mstx_marks.capture.nn_modules import hook_after
 from mstx_marks.capture.presets.target import Options, Target, wrap_calls
-from mstx_marks.core.ranges import Timed, mark
+from mstx_marks.core.engine import rewrap
+from mstx_marks.core.ranges import Range, Timed, mark
 
 __all__ = ["TARGETS"]
 
@@ -108,6 +123,82 @@ def inside_annotation(owner: Any, attr: str, target: Target, options: Options) -
     return replace_closure(wrapper, "func", wrap, f"{target.module}:{target.path}")
 
 
+def _end_after(span: Range, tasks: list[Any]) -> None:
+    """End ``span`` when the last of ``tasks`` (asyncio tasks) is done; now if there are none."""
+    if not tasks:
+        span.end()
+        return
+    left = [len(tasks)]
+
+    def one_done(task: Any) -> None:
+        left[0] -= 1
+        if left[0] == 0:
+            span.end()
+
+    for task in tasks:
+        task.add_done_callback(one_done)
+
+
+def until_background_tasks(owner: Any, attr: str, target: Target, options: Options) -> Instrumented:
+    """Each call is one range, ended when the call returns or, if the call added tasks to
+    ``self.background_tasks`` (verl's ``AgentLoopWorkerTQ.generate_sequences`` spawns one per
+    prompt and returns at once), when the last of those tasks is done. The wrapper of a
+    coroutine function is one (Ray serves an actor with async methods on an event loop); it
+    holds only the original and the range site, so Ray can ship it by value.
+
+    >>> import asyncio
+    >>> from mstx_marks import configure, default_recorder
+    >>> configure(backend="record")
+    >>> default_recorder().clear()
+    >>> class Worker:
+    ...     def __init__(self):
+    ...         self.background_tasks, self.log = set(), []
+    ...     async def generate_sequences(self, n):
+    ...         for i in range(n):
+    ...             task = asyncio.ensure_future(self.run(i))
+    ...             self.background_tasks.add(task)
+    ...             task.add_done_callback(self.background_tasks.discard)
+    ...     async def run(self, i):
+    ...         await asyncio.sleep(0.01 * i)
+    >>> t = Target("verl", __name__, "Worker.generate_sequences", "generate_sequences", "any")
+    >>> handle = until_background_tasks(Worker, "generate_sequences", t, Options())
+    >>> async def main():
+    ...     w = Worker()
+    ...     await w.generate_sequences(3)
+    ...     print([r.open for r in default_recorder().records()])  # the tasks still run
+    ...     await asyncio.sleep(0.1)
+    ...     print([r.open for r in default_recorder().records()])
+    >>> asyncio.run(main())
+    [True]
+    [False]
+    >>> handle.undo()
+    """
+    site = options.site(target.phase, target.domain)
+
+    def wrap(o: object, a: str, raw: Any) -> Any:
+        if not inspect.iscoroutinefunction(raw):
+            return rewrap(raw, site.wrap)
+
+        @functools.wraps(raw)
+        async def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+            tasks = getattr(self, "background_tasks", None)
+            before = set(tasks) if isinstance(tasks, (set, dict)) else None
+            span = site.start()
+            try:
+                result = await raw(self, *args, **kwargs)
+            except BaseException:
+                span.end()
+                raise
+            # No await between the spawning and here: none of the new tasks is done yet.
+            new = [] if before is None else [t for t in list(tasks or ()) if t not in before]
+            _end_after(span, new)
+            return result
+
+        return call
+
+    return replace(owner, attr, wrap)
+
+
 def marked_timer(
     name: str, timing_raw: MutableMapping[str, float], *args: object, **kwargs: object
 ) -> Timed:
@@ -151,6 +242,7 @@ _ACTOR_MODEL = hook_after(_actor_model, depth=4)
 
 _ENGINE = "verl.workers.engine_workers"
 _AGENT = "verl.experimental.agent_loop.agent_loop"
+_REWARD = "verl.experimental.reward_loop.reward_loop"
 _NEW = "0.7.1 and newer"
 _OLD = "0.7 and older"
 
@@ -174,6 +266,7 @@ def _legacy() -> list[Target]:
 #: verl's trainer modules that bind ``marked_timer`` as a global (0.6.1 to 0.9.1).
 TRAINER_MODULES = (
     "verl.trainer.ppo.ray_trainer",
+    "verl.trainer.main_ppo_sync",  # 0.8.0 only
     "verl.trainer.ppo.v1.trainer_base",
     "verl.trainer.ppo.v1.trainer_sync",
     "verl.trainer.ppo.v1.trainer_colocate_async",
@@ -199,7 +292,9 @@ TARGETS: tuple[Target, ...] = (
     Target("verl", "verl.workers.fsdp_workers", "RewardModelWorker.compute_rm_score",
            "compute_rm_score", "0.7.0 and older", inside_annotation),
     Target("verl", _AGENT, "AgentLoopWorker.generate_sequences", "generate_sequences",
-           "0.7 and newer"),
+           "0.7 and newer", until_background_tasks),
+    Target("verl", _REWARD, "RewardLoopWorker.compute_score", "compute_score", _NEW),
+    Target("verl", _REWARD, "RewardLoopManager.compute_rm_score", "compute_rm_score", _NEW),
     Target("verl", _AGENT, "AgentLoopWorkerBase.generate_sequences", "generate_sequences",
            "0.6.x"),
     *(Target("verl", m, "marked_timer", "(timer names)", "0.6 and newer", route_timer)
