@@ -40,6 +40,7 @@ SHM = Path("/dev/shm")
 # queues): a killed process leaves them behind (hundreds of MB per run).
 SHM_PATTERNS = ("verl_weights_*", "psm_*", "sem.mp-*")
 LOG_TAIL_LINES = 150
+EXIT_GRACE_S = 10.0
 PASSED_TO_WORKERS = ("MSTX_MARKS_INSTRUMENT", "MSTX_MARKS_OUT")
 
 #: The engine's environment: vLLM's CPU build, and verl's FSDP engine, registered for ``cuda``.
@@ -255,6 +256,11 @@ def main(work: Path, result: Path, timeout: float) -> int:
         finally:
             job_s = time.monotonic() - job_started
             leftover = _ours(proc.pid, proc.pid, ray_tmp)
+            # Ray's own processes end shortly after the driver: let them, then end the rest.
+            waited = time.monotonic() + EXIT_GRACE_S
+            while leftover and time.monotonic() < waited:
+                time.sleep(0.5)
+                leftover = {p for p in _ours(proc.pid, proc.pid, ray_tmp) if not _zombie(p)}
             killed = _end(leftover)
     shm_left = _leaked(_shm() - shm_before)
     for segment in shm_left:

@@ -244,14 +244,21 @@ def _on_new_class(cls: type) -> None:
 
 
 def _subclass_hook(owner: Any, attr: str, raw: Any) -> Any:
-    own = "__init_subclass__" in vars(owner)
+    # The hook travels with every class that Ray or multiprocessing pickles by value: its closure
+    # holds only picklable things (the owner, by reference; the owner's own Python hook), never
+    # `object.__init_subclass__`, a C descriptor that cloudpickle refuses.
+    if "__init_subclass__" in vars(owner) and isinstance(raw, classmethod):
+        own_hook = raw.__func__
 
-    def __init_subclass__(cls: type, /, **kwargs: Any) -> None:
-        if own and isinstance(raw, classmethod):
-            raw.__func__(cls, **kwargs)
-        else:
+        def __init_subclass__(cls: type, /, **kwargs: Any) -> None:
+            own_hook(cls, **kwargs)
+            _on_new_class(cls)
+
+    else:
+
+        def __init_subclass__(cls: type, /, **kwargs: Any) -> None:
             super(owner, cls).__init_subclass__(**kwargs)
-        _on_new_class(cls)
+            _on_new_class(cls)
 
     return classmethod(__init_subclass__)
 
