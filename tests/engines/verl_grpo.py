@@ -41,7 +41,7 @@ SHM = Path("/dev/shm")
 SHM_PATTERNS = ("verl_weights_*", "psm_*", "sem.mp-*")
 LOG_TAIL_LINES = 150
 EXIT_GRACE_S = 10.0
-PASSED_TO_WORKERS = ("MSTX_MARKS_INSTRUMENT", "MSTX_MARKS_OUT")
+PASSED_TO_WORKERS = ("MSTX_MARKS_INSTRUMENT", "MSTX_MARKS_OUT", "MSTX_MARKS_CAPTURE")
 
 #: The engine's environment: vLLM's CPU build, and verl's FSDP engine, registered for ``cuda``.
 JOB_ENV = {
