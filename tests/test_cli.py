@@ -97,3 +97,81 @@ def test_docstring_examples_pass_without_torch(tmp_path: Path) -> None:
     skipped = "SKIPPED [3] mstx_marks/profiling/profiler.py: this example builds a torch profiler"
     assert skipped in proc.stdout
     assert " failed" not in proc.stdout
+
+
+# --- coverage, demo, run: what a user types wrong is said, not guessed -----------------------
+
+
+def test_coverage_needs_expect(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    assert main(["coverage", str(tmp_path)]) == 2
+    assert "the following arguments are required: --expect" in capsys.readouterr().err
+
+
+def test_coverage_refuses_a_mistyped_expectation(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    assert main(["coverage", str(tmp_path), "--expect", "verl-gpro"]) == 2
+    err = capsys.readouterr().err
+    assert "'verl-gpro' is no expectation" in err and "did you mean 'verl-grpo'?" in err
+    assert main(["coverage", str(tmp_path), "--expect", "verl-grpo+vlm-x"]) == 2
+    assert "'vlm-x'" in capsys.readouterr().err
+
+
+def test_coverage_of_a_folder_without_traces_says_so(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    assert main(["coverage", str(tmp_path), "--expect", "verl-grpo"]) == 2
+    err = capsys.readouterr().err
+    assert str(tmp_path) in err and "no trace" in err
+
+
+def test_demo_help_shows_every_default(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo", "--help"]) == 0
+    out = capsys.readouterr().out
+    for words in ("(default 2)", "(default 4)", "(default 16)", "(default demo-out)",
+                  "(default 300)"):  # fmt: skip
+        assert words in out, words
+    assert "--worker" not in out  # internal
+
+
+def test_run_refuses_values_the_job_would_ignore(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    marker = tmp_path / "started"
+    command = [sys.executable, "-c", f"open({str(marker)!r}, 'w')"]
+    assert main(["run", "--instrument", "verl", "--sample", "garbage", "--", *command]) == 2
+    err = capsys.readouterr().err
+    assert "MSTX_MARKS_SAMPLE='garbage'" in err and "nothing was started" in err
+    assert main(["run", "--capture", "rollout_decod:active=1", "--", *command]) == 2
+    assert "unknown recipe 'rollout_decod'" in capsys.readouterr().err
+    assert not marker.exists()
+
+
+def test_warnings_with_no_user_line_name_the_library(tmp_path: Path) -> None:
+    """At a launched process's start-up (sitecustomize, under `<frozen site>`) and in an exit
+    hook (`sys:1`) no line of the user's is on the stack."""
+    import mstx_marks.launch
+
+    startup = Path(mstx_marks.launch.__file__).parent / "_startup"  # what `run` puts first
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MSTX_MARKS_")}
+    env.update(
+        MSTX_MARKS_INSTRUMENT="vlm", PYTHONPATH=f"{startup}{os.pathsep}{env.get('PYTHONPATH', '')}"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", "pass"],
+        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120,
+    )  # fmt: skip
+    assert "<mstx_marks>:0: MstxMarksWarning: mstx_marks: ignoring 'vlm'" in proc.stderr
+    assert "<frozen" not in proc.stderr
+    late = "import atexit; from mstx_marks.base.diagnostics import warn; atexit.register(warn, 'x')"
+    proc = subprocess.run([sys.executable, "-c", late], capture_output=True, text=True, timeout=60)
+    assert "mstx_marks: x" in proc.stderr and "sys:1" not in proc.stderr, proc.stderr
+
+
+def test_the_reference_page_lists_every_command_and_option() -> None:
+    from mstx_marks.cli.main import markdown_reference
+
+    page = markdown_reference()
+    for name in COMMANDS:
+        assert f"## `mstx-marks {name}`" in page
+    assert "--step-key KEY" in page and "--expect SPEC" in page

@@ -50,5 +50,5 @@ def test_expectations_mix_and_fold() -> None:
 
 
 def test_no_traces_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["coverage", str(tmp_path / "none")]) == 2
+    assert main(["coverage", str(tmp_path / "none"), "--expect", "verl-grpo"]) == 2
     assert "no such file or folder" in capsys.readouterr().err

@@ -63,6 +63,9 @@ def test_demo_writes_every_output_and_prints_the_summary(
     assert json.loads((out / "trace.json").read_text())["otherData"]["generator"] == "mstx_marks"
     page = (out / "report.html").read_text()
     assert page.startswith("<!DOCTYPE html>") and "update_actor" in page and "http" not in page
+    hint = stdout[stdout.index("[demo] done") :]  # the closing lines name every summary output
+    for option in ("--csv", "--json", "--svg", "--html", "--trace"):
+        assert option in hint, option
 
 
 def test_demo_outputs_agree_with_each_other(demo_run: tuple[Path, str, str]) -> None:

@@ -67,10 +67,107 @@ def test_bad_settings_are_named_with_value_and_rule(monkeypatch: pytest.MonkeyPa
     monkeypatch.setenv("MSTX_MARKS_RECORD_CAPACITY", "1e5")
     monkeypatch.setenv("MSTX_MARKS_INCLUDE", "verl")
     findings = diagnose()
-    texts = [f.text for f in findings if f.level == "warn"]
-    assert any("MSTX_MARKS_RECORD_CAPACITY" in t and "'1e5'" in t for t in texts), texts
-    assert any("no 'default'" in t for t in texts)
+    stops = [f.text for f in findings if f.level == "stop"]
+    assert any("MSTX_MARKS_RECORD_CAPACITY" in t and "'1e5'" in t for t in stops), stops
+    assert any("no 'default'" in f.text for f in findings if f.level == "warn")
+    assert verdict(findings).startswith("ranges would NOT reach the profiler: environment:")
+
+
+def test_a_good_recording_setup_is_recorded(monkeypatch: pytest.MonkeyPatch) -> None:
+    _clean_env(monkeypatch)
+    monkeypatch.setenv("MSTX_MARKS_BACKEND", "record")
+    monkeypatch.setenv("MSTX_MARKS_RECORD_CAPACITY", "5000")
+    monkeypatch.setenv("MSTX_MARKS_SAMPLE", "vllm_one_step=window(30,70)")
+    findings = diagnose()
+    assert not [f for f in findings if f.level == "stop"], findings
     assert verdict(findings).startswith("ranges would be recorded on this machine")
+
+
+@pytest.mark.parametrize(
+    ("variables", "topic", "words"),
+    [
+        # The run-time warns and uses noop for each of these two.
+        ({"MSTX_MARKS_BACKEND": "mstx"}, "backend", "torch_npu does not import"),
+        ({"MSTX_MARKS_BACKEND": "nvtx"}, "backend", "CUDA is not available"),
+        ({"MSTX_MARKS_BACKEND": "garbage"}, "environment", "unknown backend 'garbage'"),
+        ({"MSTX_MARKS_SAMPLE": "garbage"}, "sample", "expected PHASE=POLICY"),
+        ({"MSTX_MARKS_SAMPLE": "gen=sometimes"}, "sample", "'gen=sometimes'"),
+        ({"MSTX_MARKS_INSTRUMENT": "vlm"}, "instrument", "'vlm'"),
+        ({"MSTX_MARKS_CAPTURE": "rollout_decod:active=2"}, "capture", "unknown recipe"),
+        ({"MSTX_MARKS_CAPTURE": "rollout_decode:wiat=2"}, "capture", "unknown key 'wiat'"),
+        ({"MSTX_MARKS_RECORD_CAPACITY": "0"}, "environment", "its default, 1000000 events"),
+        ({"MSTX_MARKS_DISABLE": "maybe"}, "environment", "MSTX_MARKS_DISABLE='maybe'"),
+    ],
+)
+def test_every_setting_the_run_would_not_honour_stops(
+    monkeypatch: pytest.MonkeyPatch, variables: dict[str, str], topic: str, words: str
+) -> None:
+    _clean_env(monkeypatch)
+    monkeypatch.setenv("MSTX_MARKS_BACKEND", "record")
+    for k, v in variables.items():
+        monkeypatch.setenv(k, v)
+    findings = diagnose()
+    stops = [f for f in findings if f.level == "stop"]
+    assert stops and stops[0].topic == topic and words in stops[0].text, findings
+    assert verdict(findings).startswith(f"ranges would NOT reach the profiler: {topic}:")
+
+
+def test_a_recipe_that_parses_is_armed_and_undone(monkeypatch: pytest.MonkeyPatch) -> None:
+    from mstx_marks.profiling.recipes import armed
+
+    _clean_env(monkeypatch)
+    monkeypatch.setenv("MSTX_MARKS_BACKEND", "record")
+    monkeypatch.setenv("MSTX_MARKS_CAPTURE", "rollout_decode:wait=1,active=2")
+    findings = diagnose()
+    assert [f.text for f in findings if f.topic == "capture"] == ["recipes armed: rollout_decode"]
+    assert not [c for c in armed() if not c.done]
+
+
+def test_the_out_folder_must_be_a_folder_that_can_be_made(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    _clean_env(monkeypatch)
+    monkeypatch.setenv("MSTX_MARKS_BACKEND", "record")
+    a_file = tmp_path / "a_file"
+    a_file.write_text("")
+    cases = {
+        str(a_file): "is a file, not a folder",
+        str(a_file / "below"): f"cannot be created: {a_file} is a file",
+    }
+    for out, words in cases.items():
+        monkeypatch.setenv("MSTX_MARKS_OUT", out)
+        found = [f for f in diagnose() if f.topic == "files"]
+        assert [f.level for f in found] == ["stop"] and words in found[0].text, found
+    monkeypatch.setenv("MSTX_MARKS_OUT", str(tmp_path / "new" / "prof"))
+    found = [f for f in diagnose() if f.topic == "files"]
+    assert [f.level for f in found] == ["ok"] and "will be created" in found[0].text
+
+
+def test_check_values_names_what_the_run_would_ignore() -> None:
+    from mstx_marks.cli.doctor import check_values
+
+    bad = check_values({"MSTX_MARKS_SAMPLE": "garbage", "MSTX_MARKS_INSTRUMENT": "verl"})
+    assert [f.topic for f in bad] == ["sample"]
+    assert check_values({"MSTX_MARKS_INSTRUMENT": "verl,vllm"}) == []
+    import os
+
+    assert "MSTX_MARKS_SAMPLE" not in os.environ
+
+
+def test_out_with_the_auto_backend_does_not_hang(tmp_path: Path) -> None:
+    """MSTX_MARKS_OUT activates at import and arms the re-detection on torch's import; the
+    doctor's probe imports torch and must not wait on the detection's lock for ever."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "mstx_marks", "doctor"],
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", "MSTX_MARKS_OUT": str(tmp_path / "prof")},
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "will be created" in proc.stdout
+    assert proc.stdout.splitlines()[-1].startswith("ranges would be recorded on this machine")
 
 
 def test_a_profiler_config_with_mstx_off_stops(

@@ -83,11 +83,6 @@ def test_junk_rank_still_records(monkeypatch: pytest.MonkeyPatch) -> None:
     assert [r.name for r in rec.records()] == ["step"]
 
 
-def test_the_readme_table_is_the_env_table() -> None:
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
-    assert env.markdown_table() in readme
-
-
 def test_every_variable_the_library_reads_is_declared() -> None:
     """No module reads an MSTX_MARKS_* variable by a literal name behind env.py's back."""
     package = Path(mstx_marks.__file__).parent

@@ -44,7 +44,8 @@ _BUILTIN = {
 NAMES = ("auto", *_BUILTIN)
 
 _detected: Backend | None = None
-_detect_lock = threading.Lock()
+# Reentrant: a backend's import may run an import hook that asks for the choice again.
+_detect_lock = threading.RLock()
 
 
 def create(name: str) -> Backend:
@@ -78,9 +79,15 @@ def detect(*, probe: bool = False) -> Backend:
     nothing; ``probe=True`` (``mstx-marks doctor``, the demo) imports what it needs to decide now.
     """
     global _detected
+    if probe and "torch" not in sys.modules:
+        # Outside the lock: importing torch runs the routing's hook for it, which detects too.
+        try:
+            import torch  # noqa: F401
+        except Exception:  # no torch: nothing to detect with, noop below
+            pass
     with _detect_lock:
         if _detected is None:
-            if not probe and "torch" not in sys.modules:
+            if "torch" not in sys.modules:
                 return NoopBackend()
             _detected = NoopBackend()
             for name in ("mstx", "nvtx"):

@@ -42,24 +42,43 @@ class MstxMarksWarning(UserWarning):
     """
 
 
-def _user_stacklevel() -> int:
+def _ours(filename: str) -> bool:
+    # `<frozen site>`, `<frozen runpy>`, `<frozen importlib._bootstrap>`: the interpreter's own
+    # start-up and import machinery (the launcher's sitecustomize, an import hook) is no line of
+    # the user's either.
+    return (
+        filename.startswith(_PACKAGE_DIR)
+        or filename == _CONTEXTLIB
+        or filename.startswith("<frozen ")
+    )
+
+
+def _user_stacklevel() -> int | None:
     """The ``stacklevel`` for ``warnings.warn`` called from :func:`warn` that lands on the first
-    frame outside this package (wrappers, contextlib and the library's own layers skipped)."""
+    frame outside this package (wrappers, contextlib, the library's own layers and the
+    interpreter's frozen start-up and import frames skipped); None when there is none (a
+    process's start-up, an exit hook, a thread of ours)."""
     level = 2  # warn()'s caller
     frame: FrameType | None = sys._getframe(2)
-    while frame is not None and (
-        frame.f_code.co_filename.startswith(_PACKAGE_DIR) or frame.f_code.co_filename == _CONTEXTLIB
-    ):
+    while frame is not None and _ours(frame.f_code.co_filename):
         frame = frame.f_back
         level += 1
-    return level
+    return None if frame is None else level
 
 
 def warn(message: str, category: type[Warning] = MstxMarksWarning) -> None:
-    """Warn ``mstx_marks: message`` at the user's line; never raise, whatever the filters."""
+    """Warn ``mstx_marks: message`` at the user's line; never raise, whatever the filters.
+
+    With no user line on the stack the warning names ``<mstx_marks>`` rather than a frame of
+    the interpreter's (``<frozen site>:548``) or ``sys:1``.
+    """
     text = message if message.startswith("mstx_marks: ") else f"mstx_marks: {message}"
     try:
-        warnings.warn(text, category, stacklevel=_user_stacklevel())
+        level = _user_stacklevel()
+        if level is None:
+            warnings.warn_explicit(text, category, "<mstx_marks>", 0)
+        else:
+            warnings.warn(text, category, stacklevel=level)
     except Exception:  # -W error, or a filter that raises: still say it, but do not break
         with contextlib.suppress(Exception):
             print(f"{category.__name__}: {text}", file=sys.stderr)

@@ -232,5 +232,9 @@ def run_demo(args: DemoOptions) -> int:
     print(f"  {out / 'timeline.svg'}  (the timeline as a picture)")
     print(f"  {out / 'ascend'}/  (msprof-analyze cluster -m mstx_sum -d {out / 'ascend'})")
     print(f"  {out / 'chrome'}/  (one Chrome trace per rank)")
-    print(f"  python -m mstx_marks summary {out}  (this table again; --csv, --json, --svg)")
+    print(f"  python -m mstx_marks summary {out}  (this table again)")
+    print("    --csv | --json          the table as data")
+    print("    --svg FILE              the timeline as a picture")
+    print("    --html FILE             the HTML report")
+    print("    --trace FILE            the whole job as one Perfetto trace")
     return 0

@@ -1,11 +1,19 @@
 """``mstx-marks doctor``: would ranges from this machine and environment reach the profiler?
 
-Checks what decides it, in the order it is decided: the off switch and the disable flag, the
-environment's settings, torch_npu and an NPU, the backend ``auto`` picks, the rank and domain
-filters, and a profiler config when one is given. Each finding is ``ok``, ``warn`` (ranges get
-through, but something is lost or worth knowing) or ``stop`` (no range reaches the profiler),
-and the last line says the verdict in plain words. It never raises: a broken install is what it
-is for.
+Checks what decides it, in the order it is decided: the off switch and the disable flag, every
+``MSTX_MARKS_*`` value, torch_npu and an NPU, the backend that would run, the rank and domain
+filters, a profiler config when one is given, and the output folder. Each finding is ``ok``,
+``warn`` (ranges get through, but something is worth knowing) or ``stop`` (ranges would not
+reach what the settings ask for), and the last line says the verdict in plain words.
+
+Every value is read by the run-time's own code (one home): the routing's
+:func:`~mstx_marks.core.routing.settings_from_env`, the activation's
+:func:`~mstx_marks.launch.activate.parse_instrument` and
+:func:`~mstx_marks.launch.activate.parse_samples`, the recipes'
+:func:`~mstx_marks.profiling.recipes.arm_from_text` (armed, then undone),
+:func:`~mstx_marks.base.env.positive_int` and the backends'
+:func:`~mstx_marks.backends.create`; whatever the run-time would warn about and ignore is a
+``stop`` here. It never raises: a broken install is what it is for.
 
 >>> import os
 >>> os.environ["MSTX_MARKS_BACKEND"] = "record"
@@ -16,18 +24,23 @@ is for.
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import json
 import os
 import warnings
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Callable, Literal
 
-from mstx_marks.backends import detect
+from mstx_marks import backends
 from mstx_marks.base import env
+from mstx_marks.base.diagnostics import forget_warnings
 from mstx_marks.core import routing as settings
 
-__all__ = ["Finding", "diagnose", "verdict"]
+__all__ = ["Finding", "check_values", "diagnose", "verdict"]
 
 Level = Literal["ok", "warn", "stop"]
 
@@ -44,34 +57,135 @@ class Finding:
         return f"[{self.level:4}] {self.topic}: {self.text}"
 
 
-def _settings_from_env() -> dict[str, object]:
+@contextmanager
+def _heard() -> Iterator[list[str]]:
+    """The run-time's warnings, as the run would give them (the once-only ones included)."""
+    said: list[str] = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        forget_warnings()
+        yield said
+    forget_warnings()
+    said += [str(w.message).removeprefix("mstx_marks: ") for w in caught]
+
+
+def _quiet_settings() -> dict[str, object]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return settings.settings_from_env()
 
 
-def _environment() -> list[Finding]:
-    out: list[Finding] = []
+def _ignored(topic: str, said: list[str]) -> list[Finding]:
+    return [Finding("stop", topic, f"{text} (the run would ignore it)") for text in said]
+
+
+def _switches() -> list[Finding]:
+    with _heard() as said:
+        env.flag(env.OFF)
+    out = _ignored("off switch", said)
     if env.off():
         out.append(
             Finding("stop", "off switch", f"{env.OFF}=1: every range is off in this process")
         )
     if env.text(env.DISABLE) is not None and env.flag(env.DISABLE):
         out.append(Finding("stop", "disabled", f"{env.DISABLE} switches every range off"))
-    seen = [v.name for v in env.VARIABLES if env.text(v.name) is not None]
-    with warnings.catch_warnings(record=True) as bad:
-        warnings.simplefilter("always")
-        from mstx_marks.base import diagnostics
-
-        diagnostics.forget_warnings()  # the readers warn once: the doctor wants to hear them
-        settings.settings_from_env()
-        env.positive_int(env.RECORD_CAPACITY, 1)
-        env.rank()
-    for w in bad:
-        out.append(Finding("warn", "environment", str(w.message).removeprefix("mstx_marks: ")))
-    if seen and not bad:
-        out.append(Finding("ok", "environment", "set: " + ", ".join(seen)))
     return out
+
+
+def _routing_values() -> list[Finding]:
+    """Backend, disable flag, include, exclude, ranks: :func:`settings_from_env` reads them."""
+    with _heard() as said:
+        settings.settings_from_env()
+    out: list[Finding] = []
+    for text in said:
+        if text.startswith("ignoring"):
+            out.append(Finding("stop", "environment", f"{text} (the run would ignore it)"))
+        else:  # both include and exclude: include wins, as in the Ascend profiler
+            out.append(Finding("warn", "environment", text))
+    return out
+
+
+def _record_capacity() -> list[Finding]:
+    raw = env.text(env.RECORD_CAPACITY)
+    if raw is None:
+        return []
+    import inspect
+
+    from mstx_marks.backends.record import Recorder
+
+    with _heard():
+        if env.positive_int(env.RECORD_CAPACITY, -1) != -1:  # the recorder's own reading
+            return []
+    default = inspect.signature(Recorder).parameters["capacity"].default
+    return [
+        Finding(
+            "stop",
+            "environment",
+            f"ignoring {env.RECORD_CAPACITY}={raw!r}: expected an int >= 1; the recorder keeps"
+            f" its default, {default} events",
+        )
+    ]
+
+
+def _instrument() -> list[Finding]:
+    raw = env.text(env.INSTRUMENT)
+    if raw is None:
+        return []
+    from mstx_marks.launch.activate import parse_instrument
+
+    with _heard() as said:
+        names = parse_instrument(raw)
+    out = _ignored("instrument", said)
+    if names:
+        out.append(Finding("ok", "instrument", "presets armed: " + ", ".join(names)))
+    else:
+        out.append(Finding("stop", "instrument", f"{env.INSTRUMENT}={raw!r} arms no preset"))
+    return out
+
+
+def _sample() -> list[Finding]:
+    raw = env.text(env.SAMPLE)
+    if raw is None:
+        return []
+    from mstx_marks.launch.activate import parse_samples
+
+    with _heard() as said:
+        found = parse_samples(raw)
+    out = _ignored("sample", said)
+    if found:
+        out.append(Finding("ok", "sample", "sampled phases: " + ", ".join(found)))
+    elif not said:
+        out.append(Finding("stop", "sample", f"{env.SAMPLE}={raw!r} samples no phase"))
+    return out
+
+
+def _capture() -> list[Finding]:
+    raw = env.text(env.CAPTURE)
+    if raw is None:
+        return []
+    from mstx_marks.profiling.recipes import arm_from_text, armed
+
+    # This process runs no loop: what activation armed here is undone, then the text is armed
+    # by the run-time's own parser and undone again.
+    for handle in armed():
+        handle.undo()
+    with _heard() as said:
+        arm_from_text(raw)
+    names = [handle.recipe.name for handle in armed()]
+    for handle in armed():
+        handle.undo()
+    out = _ignored("capture", said)
+    if names:
+        out.append(Finding("ok", "capture", "recipes armed: " + ", ".join(names)))
+    elif not said:
+        out.append(Finding("stop", "capture", f"{env.CAPTURE}={raw!r} arms no recipe"))
+    return out
+
+
+def _rank() -> list[Finding]:
+    with _heard() as said:
+        env.rank()
+    return [Finding("warn", "rank", text) for text in said]
 
 
 def _npu() -> list[Finding]:
@@ -89,27 +203,65 @@ def _npu() -> list[Finding]:
     return [Finding("ok", "torch_npu", f"{version}, {count} NPU(s) visible")]
 
 
+def _recorded_too() -> str:
+    out = env.text(env.OUT)
+    return f"; ranges are still recorded under {env.OUT}={out}" if out else ""
+
+
 def _backend() -> list[Finding]:
-    spec = _settings_from_env().get("backend", "auto")
+    spec = str(_quiet_settings().get("backend", "auto"))
     if spec == "auto":
-        chosen = detect(probe=True).name
-        if chosen == "noop":
+        # torch first, outside detect()'s lock: importing it runs the routing's re-detection
+        # hook (armed when settings were resolved before torch, as MSTX_MARKS_OUT does at
+        # import), which calls detect() itself and would wait on that lock for ever.
+        with contextlib.suppress(Exception):
+            importlib.import_module("torch")
+        chosen = backends.detect(probe=True).name
+        if chosen != "noop":
+            return [Finding("ok", "backend", f"auto picks {chosen}")]
+        if env.text(env.OUT) is not None:
             return [
                 Finding(
-                    "stop",
+                    "warn",
                     "backend",
-                    "auto picks noop: no torch_npu with an NPU and no CUDA here; set "
-                    f"{env.BACKEND}=record (or torch) to record on this machine",
+                    "auto picks noop (no torch_npu with an NPU, no CUDA)" + _recorded_too(),
                 )
             ]
-        return [Finding("ok", "backend", f"auto picks {chosen}")]
+        return [
+            Finding(
+                "stop",
+                "backend",
+                "auto picks noop: no torch_npu with an NPU and no CUDA here; set "
+                f"{env.BACKEND}=record (or torch) to record on this machine",
+            )
+        ]
     if spec == "noop":
         return [Finding("stop", "backend", f"{env.BACKEND}=noop records nothing")]
+    try:  # what the run-time does (core.routing): create it, and use noop if that fails
+        backend = backends.create(spec)
+    except Exception as exc:
+        return [
+            Finding(
+                "stop",
+                "backend",
+                f"{env.BACKEND}={spec} cannot work here ({exc}): the run warns and uses noop"
+                + _recorded_too(),
+            )
+        ]
+    if spec == "mstx" and not backend.device_present():
+        return [
+            Finding(
+                "stop",
+                "backend",
+                f"{env.BACKEND}=mstx: torch_npu imports but sees no NPU, so no Ascend profiler "
+                "receives the ranges" + _recorded_too(),
+            )
+        ]
     return [Finding("ok", "backend", f"{env.BACKEND}={spec}")]
 
 
 def _filters() -> list[Finding]:
-    found = _settings_from_env()
+    found = _quiet_settings()
     out: list[Finding] = []
     ranks = found.get("ranks")
     if isinstance(ranks, tuple) and ranks and env.rank() not in ranks:
@@ -147,6 +299,37 @@ def _profiler_config(path: str) -> list[Finding]:
     ]
 
 
+def _out_folder() -> list[Finding]:
+    """``MSTX_MARKS_OUT``: every process makes the folder (and ``spill/`` in it) when it first
+    writes, so it must be a folder, or creatable under the nearest folder that exists."""
+    out = env.text(env.OUT)
+    if out is None:
+        return []
+    path = Path(out)
+    name = f"{env.OUT}={out}"
+    if path.exists():
+        if not path.is_dir():
+            return [Finding("stop", "files", f"{name} is a file, not a folder: nothing is written")]
+        if not os.access(path, os.W_OK | os.X_OK):
+            return [Finding("stop", "files", f"{name} is a folder this user cannot write to")]
+        return [Finding("ok", "files", f"{name} is a writable folder")]
+    parent = path.absolute().parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        return [Finding("stop", "files", f"{name} cannot be created: {parent} is a file")]
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return [
+            Finding("stop", "files", f"{name} cannot be created: {parent} is not writable here")
+        ]
+    return [Finding("ok", "files", f"{name} will be created (under {parent}, writable)")]
+
+
+def _set_variables() -> list[Finding]:
+    seen = [v.name for v in env.VARIABLES if env.text(v.name) is not None]
+    return [Finding("ok", "environment", "set: " + ", ".join(seen))] if seen else []
+
+
 def diagnose(profiler_config: str | None = None) -> list[Finding]:
     """Everything the doctor checks, in order; never raises.
 
@@ -154,25 +337,55 @@ def diagnose(profiler_config: str | None = None) -> list[Finding]:
     profiling, checked as torch_npu would read it.
     """
     findings: list[Finding] = []
-    steps = [_environment, _npu, _backend, _filters]
-    for step in steps:
-        try:
-            findings += step()
-        except Exception as exc:  # a check that breaks is itself a finding
-            findings.append(Finding("warn", step.__name__.strip("_"), f"check failed: {exc!r}"))
+    steps: list[Callable[[], list[Finding]]] = [
+        _switches,
+        _set_variables,
+        _routing_values,
+        _record_capacity,
+        _instrument,
+        _sample,
+        _capture,
+        _rank,
+        _npu,
+        _backend,
+        _filters,
+    ]
     if profiler_config is not None:
-        findings += _profiler_config(profiler_config)
-    if env.text(env.OUT) is not None:
-        out = env.text(env.OUT) or ""
-        writable = os.access(out if os.path.isdir(out) else os.path.dirname(out) or ".", os.W_OK)
-        findings.append(
-            Finding(
-                "ok" if writable else "stop",
-                "files",
-                f"{env.OUT}={out} is {'writable' if writable else 'not writable'}",
-            )
-        )
+        steps.append(lambda: _profiler_config(profiler_config))
+    steps.append(_out_folder)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # what the checks hear is in their findings
+        for step in steps:
+            try:
+                findings += step()
+            except Exception as exc:  # a check that breaks is itself a finding
+                name = getattr(step, "__name__", "check").strip("_")
+                findings.append(Finding("warn", name, f"check failed: {exc!r}"))
     return findings
+
+
+def check_values(values: Mapping[str, str]) -> list[Finding]:
+    """What the run-time would ignore of these ``MSTX_MARKS_*`` values (the ``stop`` findings
+    of the value checks, as if the environment held them); ``mstx-marks run`` refuses them.
+
+    >>> [f.topic for f in check_values({"MSTX_MARKS_INSTRUMENT": "vlm"})][:1]
+    ['instrument']
+    >>> check_values({"MSTX_MARKS_SAMPLE": "gen=every(2)"})
+    []
+    """
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            found = [*_routing_values(), *_instrument(), *_sample(), *_capture()]
+    finally:
+        for name, old in saved.items():
+            if old is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = old
+    return [f for f in found if f.level == "stop"]
 
 
 def verdict(findings: list[Finding]) -> str:
@@ -183,6 +396,8 @@ def verdict(findings: list[Finding]) -> str:
     backend = next((f.text for f in findings if f.topic == "backend"), "")
     if backend.endswith(("record", "torch")):
         return f"ranges would be recorded on this machine ({backend})"
+    if backend.startswith("auto picks noop"):
+        return f"ranges would be recorded on this machine, under {env.OUT}, and reach no profiler"
     host = " (host-only ranges are kept by MindStudio Insight; msprof-analyze's mstx_sum keeps"
     host += ' only ranges on a stream: stream="current")'
     return "ranges would reach the profiler" + host

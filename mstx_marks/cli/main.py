@@ -19,7 +19,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, Callable, NoReturn
 
-__all__ = ["COMMANDS", "main"]
+__all__ = ["COMMANDS", "main", "markdown_reference"]
 
 PROG = "mstx-marks"
 
@@ -189,7 +189,18 @@ def _run(args: argparse.Namespace) -> int:
         env.BACKEND: args.backend,
         env.ROLE: args.role,
     }
-    code = run(command, {k: v for k, v in chosen.items() if v})
+    given = {k: v for k, v in chosen.items() if v}
+    from mstx_marks.cli.doctor import check_values
+
+    refused = check_values(given)
+    for finding in refused:
+        text = finding.text.removesuffix(" (the run would ignore it)").replace("ignoring ", "", 1)
+        print(f"error: {text}", file=sys.stderr)
+    if refused:
+        print(f"error: nothing was started: {PROG} run refuses what the job would ignore",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    code = run(command, given)
     print(f"error: cannot run {command[0]!r} (exit {code})", file=sys.stderr)
     return code
 
@@ -200,20 +211,55 @@ def _coverage_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("path", help="a folder of traces (MSTX_MARKS_OUT, the demo's, a capture)")
     p.add_argument(
         "--expect",
-        default="verl-grpo",
-        help="expected phases: " + ", ".join(EXPECTATIONS) + ", a comma list, or a+b mixes",
-    )
+        required=True,
+        metavar="SPEC",
+        help="the phases a healthy run emits: one of " + ", ".join(EXPECTATIONS)
+        + ", a comma list of phase names, or a+b mixes (e.g. verl-grpo+vllm)",
+    )  # fmt: skip
+
+
+def _check_expectation(spec: str) -> str | None:
+    """Why ``spec`` is not what the user meant, or None: a single word that is neither a named
+    expectation nor a phase of the registry is a typo (``verl-gpro``), not a phase name; a
+    phase outside the registry is written with a comma (``my_phase,``)."""
+    import difflib
+
+    from mstx_marks.analysis.coverage import EXPECTATIONS
+    from mstx_marks.base.phases import canonical
+
+    for part in (p.strip() for p in spec.split("+")):
+        if not part or "," in part or part in EXPECTATIONS:
+            continue
+        try:
+            canonical(part)
+            continue
+        except KeyError:
+            pass
+        close = difflib.get_close_matches(part, list(EXPECTATIONS), n=1, cutoff=0.6)
+        if close or "-" in part:
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            return (
+                f"--expect {part!r} is no expectation ({', '.join(EXPECTATIONS)}) and no phase of"
+                f" the registry; {hint}a phase of your own is written with a comma: {part},"
+            )
+    return None
 
 
 def _coverage(args: argparse.Namespace) -> int:
     from mstx_marks.analysis.coverage import check_coverage, expected_phases
     from mstx_marks.analysis.summary import load_traces
 
+    problem = _check_expectation(args.expect)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
     expected = expected_phases(args.expect)
     traces, errors, _ = load_traces(args.path)
     for error in errors:
         print(f"error: {error}", file=sys.stderr)
     if not traces:
+        if not errors:
+            print(f"error: {args.path}: no trace with any range found", file=sys.stderr)
         return 2
     report = check_coverage(traces, expected)
     print("\n".join(report.lines()))
@@ -223,10 +269,12 @@ def _coverage(args: argparse.Namespace) -> int:
 def _demo_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ranks", type=int, default=2, help="processes (default 2)")
     p.add_argument("--steps", type=int, default=4, help="training steps (default 4)")
-    p.add_argument("--tokens", type=int, default=16, help="tokens decoded per rollout")
+    p.add_argument("--tokens", type=int, default=16, help="tokens decoded per rollout (default 16)")
     p.add_argument("--out", default="demo-out", help="output folder (default demo-out)")
-    p.add_argument("--timeout", type=float, default=300, help="seconds before giving up")
-    p.add_argument("--worker", type=int, default=None, help="(internal: run one rank)")
+    p.add_argument(
+        "--timeout", type=float, default=300, help="seconds before giving up (default 300)"
+    )
+    p.add_argument("--worker", type=int, default=None, help=argparse.SUPPRESS)  # one rank's run
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -332,6 +380,35 @@ def _parser() -> _Parser:
         declare(p)
         p.set_defaults(run=run)
     return parser
+
+
+def markdown_reference(width: int = 100) -> str:
+    """The command line's reference page, from the parser itself: each command's one-line help
+    and its ``--help`` text at ``width`` columns (the documentation site's CLI page).
+
+    >>> "## `mstx-marks doctor`" in markdown_reference()
+    True
+    """
+    saved = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = str(width)  # argparse wraps at the terminal's width
+    try:
+        parser = _parser()
+        parts = [
+            f"`{PROG}` (also `python -m mstx_marks`) runs one command; exit status 2 is a usage"
+            " error. Every option, as `--help` prints it:",
+            "```text\n" + parser.format_help().rstrip() + "\n```",
+        ]
+        for name, (declare, _, help_) in COMMANDS.items():
+            sub = _Parser(prog=f"{PROG} {name}", description=help_[0].upper() + help_[1:] + ".")
+            declare(sub)
+            parts += [f"## `{PROG} {name}`", help_[0].upper() + help_[1:] + ".",
+                      "```text\n" + sub.format_help().rstrip() + "\n```"]  # fmt: skip
+    finally:
+        if saved is None:
+            os.environ.pop("COLUMNS", None)
+        else:
+            os.environ["COLUMNS"] = saved
+    return "\n\n".join(parts) + "\n"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,0 +1,105 @@
+"""MkDocs hooks: the pages generated from the code, at build time (their one home is the code).
+
+A page asks for a generated block with an HTML comment on a line of its own:
+
+- ``<!-- generated: environment -->``: :func:`mstx_marks.base.env.markdown_table`;
+- ``<!-- generated: cli -->``: :func:`mstx_marks.cli.main.markdown_reference`, from the parser;
+- ``<!-- generated: compatibility -->``: the presets' own ``versions`` rows
+  (:data:`mstx_marks.capture.presets.TARGETS`);
+- ``<!-- generated: recipes -->`` and ``<!-- generated: phases -->``: what ``mstx-marks
+  recipes`` and ``mstx-marks phases`` print.
+
+``tests/test_docs.py`` checks each of them without MkDocs, and builds the site strictly.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Callable
+
+MARKER = re.compile(r"^<!-- generated: ([a-z]+) -->$", re.M)
+
+
+def environment() -> str:
+    from mstx_marks.base import env
+
+    return env.markdown_table()
+
+
+def cli() -> str:
+    from mstx_marks.cli.main import markdown_reference
+
+    return markdown_reference()
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def compatibility() -> str:
+    """One row per preset and version range: where it patches, and the ranges it emits."""
+    from mstx_marks.capture.presets import FRAMEWORKS, TARGETS
+
+    rows: dict[tuple[str, str], tuple[dict[str, list[str]], list[str]]] = {}
+    for t in TARGETS:
+        places, phases = rows.setdefault((t.framework, t.versions), ({}, []))
+        paths = places.setdefault(t.module, [])
+        if t.path not in paths:
+            paths.append(t.path)
+        if t.phase not in phases:
+            phases.append(t.phase)
+    order = {name: i for i, name in enumerate(FRAMEWORKS)}
+    lines = [
+        "| preset | versions | where it patches | ranges |",
+        "|---|---|---|---|",
+    ]
+    for (framework, versions), (places, phases) in sorted(
+        rows.items(), key=lambda item: order.get(item[0][0], len(order))
+    ):
+        lines.append(
+            f"| `{framework}` | {_cell(versions)} | "
+            + "<br>".join(
+                f"`{module}`: " + ", ".join(f"`{_cell(p)}`" for p in paths)
+                for module, paths in places.items()
+            )
+            + " "
+            f"| {', '.join(f'`{p}`' for p in phases)} |"
+        )
+    return "\n".join(lines)
+
+
+def recipes() -> str:
+    from mstx_marks.profiling.recipes import recipes_table
+
+    return "```text\n" + recipes_table() + "\n```"
+
+
+def phases() -> str:
+    from mstx_marks.base.phases import phases_table
+
+    return "```text\n" + phases_table() + "\n```"
+
+
+GENERATORS: dict[str, Callable[[], str]] = {
+    "environment": environment,
+    "cli": cli,
+    "compatibility": compatibility,
+    "recipes": recipes,
+    "phases": phases,
+}
+
+
+def expand(markdown: str) -> str:
+    """``markdown`` with every generated block filled in; an unknown name is an error."""
+
+    def fill(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in GENERATORS:
+            raise ValueError(f"unknown generated block {name!r}; known: {', '.join(GENERATORS)}")
+        return GENERATORS[name]()
+
+    return MARKER.sub(fill, markdown)
+
+
+def on_page_markdown(markdown: str, **kwargs: Any) -> str:
+    return expand(markdown)
