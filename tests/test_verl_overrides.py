@@ -498,3 +498,24 @@ def test_rollout_ranks_are_documented_as_replica_ranks() -> None:
     from mstx_marks.profiling.verl_config import verl_overrides
 
     assert "replica ranks" in (verl_overrides.__doc__ or "")
+
+
+def test_check_verl_reads_the_values_given_to_rays_workers(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    env_vars = "+ray_kwargs.ray_init.runtime_env.env_vars."
+    hook = "+ray_kwargs.ray_init.runtime_env.worker_process_setup_hook="
+    good = [f"{env_vars}MSTX_MARKS_INSTRUMENT='verl,vllm'", f"{hook}mstx_marks.activate"]
+    assert cli_main(["check-verl", *good]) == 0
+    capsys.readouterr()
+    bad = [
+        f"{env_vars}MSTX_MARKS_INSTRUMENT='vlm'",  # the run would ignore it
+        f"{hook}mstx_marks.activate:activate",  # Ray refuses module:function
+        f"{env_vars}MSTX_MARKS_OTU=prof",  # a mistyped variable
+        f"{hook}mstx_marks.activat",  # no such hook
+    ]
+    assert cli_main(["check-verl", *bad]) == 1
+    out = capsys.readouterr().out
+    said = ("'vlm'", "module:function", "not an mstx_marks variable", "no hook")
+    for line, words in enumerate(said, 1):
+        assert any(s.startswith(f"line {line}:") and words in s for s in out.splitlines()), out

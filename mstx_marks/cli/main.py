@@ -156,9 +156,13 @@ def _check_verl_args(p: argparse.ArgumentParser) -> None:
 
 
 def _check_verl(args: argparse.Namespace) -> int:
+    from mstx_marks.cli.doctor import check_values
     from mstx_marks.profiling.verl_config import check_verl_inputs
 
-    return check_verl_inputs(args.inputs)
+    def check_env(values: dict[str, str]) -> list[str]:
+        return [f"{f.topic}: {f.text}" for f in check_values(values)]
+
+    return check_verl_inputs(args.inputs, check_env)
 
 
 def _run_args(p: argparse.ArgumentParser) -> None:

@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple, Union
 
+from mstx_marks.base import env
 from mstx_marks.base.checks import check_bool, check_ints, check_names
 from mstx_marks.profiling.options import CONTENTS, LEVELS
 
@@ -303,15 +304,48 @@ def _script_overrides(script: str) -> List[Tuple[int, str]]:
     return found
 
 
+#: Where verl's ``main_ppo`` takes Ray's runtime_env from the command line.
+RUNTIME_ENV = "ray_kwargs.ray_init.runtime_env."
+#: The worker_process_setup_hook values that activate mstx_marks (Ray wants ``module.function``).
+SETUP_HOOKS = ("mstx_marks.activate", "mstx_marks.launch.activate.activate")
+#: Checks ``MSTX_MARKS_*`` values as the run-time reads them: one message per problem.
+EnvCheck = Callable[[Dict[str, str]], List[str]]
+
+
+def _check_runtime_env(
+    rest: str, value: _Value, report: _Report, check_env: Optional[EnvCheck]
+) -> None:
+    """``+ray_kwargs.ray_init.runtime_env.REST=VALUE``: what mstx_marks' activation reads there."""
+    if rest == "worker_process_setup_hook":
+        text = str(value)
+        if ":" in text:
+            report(f"Ray refuses the module:function form; write {SETUP_HOOKS[0]}")
+        elif text.startswith("mstx_marks") and text not in SETUP_HOOKS:
+            report(f"mstx_marks has no hook {text!r}; the hook is {SETUP_HOOKS[0]}")
+        return
+    name = rest[len("env_vars.") :] if rest.startswith("env_vars.") else ""
+    if not name.startswith("MSTX_MARKS_"):
+        return
+    if name not in {v.name for v in env.VARIABLES}:
+        known = ", ".join(v.name for v in env.VARIABLES)
+        report(f"{name} is not an mstx_marks variable (known: {known})")
+    elif check_env is not None and value is not _SHELL:
+        for message in check_env({name: "" if value is None else str(value)}):
+            report(message)
+
+
 def check_verl_overrides(
     overrides: Union[str, Sequence[str]],
+    check_env: Optional[EnvCheck] = None,
 ) -> List[VerlProblem]:
     """Check verl profiler overrides: a list of ``key=value`` strings, or a launch script's text.
 
     Returns one :class:`VerlProblem` per problem (empty when all is well), with the line it
     came from (for a list, its position from 1). Values taken from shell variables are not
     checked. Effective values follow verl: rollout inherits enable, ranks and tool_config.npu
-    from the actor unless set.
+    from the actor unless set. The ``MSTX_MARKS_*`` variables given to Ray's workers
+    (``+ray_kwargs.ray_init.runtime_env.env_vars.NAME``) must be known, and their values pass
+    ``check_env`` when given; a ``worker_process_setup_hook`` must be one Ray and we accept.
 
     >>> for p in check_verl_overrides(["global_profiler.steps=3", "critic.profiler.enable=yes"]):
     ...     print(p)
@@ -341,6 +375,10 @@ def check_verl_overrides(
             continue
         value = _parse(raw)
         seen[key] = (line, text, value)
+        if key.startswith(RUNTIME_ENV):
+            where = functools.partial(report, line, text)
+            _check_runtime_env(key[len(RUNTIME_ENV) :], value, where, check_env)
+            continue
         _check_one(key, value, functools.partial(report, line, text))
         leaf = key.rsplit(".", 1)[-1]
         if m.group("prefix") == "+" and _is_verl_key(key) and leaf not in _NULL_BY_DEFAULT:
@@ -525,7 +563,7 @@ def _check_token_window(role_get: Any, where: Any, report: _JobReport) -> None:
         )
 
 
-def check_verl_inputs(inputs: Sequence[str]) -> int:
+def check_verl_inputs(inputs: Sequence[str], check_env: Optional[EnvCheck] = None) -> int:
     """Check launch scripts (paths, ``-`` for stdin) and ``key=value`` overrides; print one
     problem a line, or one line saying what was checked when all is well. Returns 0 when there
     is no problem, 1 when there are, 2 when an input cannot be read."""
@@ -538,12 +576,12 @@ def check_verl_inputs(inputs: Sequence[str]) -> int:
             print(f"error: cannot read {source!r}: {err}", file=sys.stderr)
             return 2
         checked += len(_script_overrides(text))
-        for problem in check_verl_overrides(text):
+        for problem in check_verl_overrides(text, check_env):
             print(f"{source}:{problem}")
             found += 1
     if overrides:
         checked += len(overrides)
-        for problem in check_verl_overrides(overrides):
+        for problem in check_verl_overrides(overrides, check_env):
             print(problem)
             found += 1
     if not found:
