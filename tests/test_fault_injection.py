@@ -315,3 +315,505 @@ def test_a_spill_that_falls_behind_drops_whole_chunks_and_counts_them() -> None:
     kept = [r.name for r in rec.drain(cursor, release=True)]
     assert set(kept) == {"y"} and len(kept) >= 40_000 - 16_384
     assert len(kept) + rec.dropped - dropped_before == 40_000
+
+
+# --- hostile conditions: nothing lost, nothing mixed, nothing hangs -----------------------------
+# Each test holds one item of the attack (its number in the issue); the subprocess ones have
+# timeouts far above their run time on a loaded 2-core machine: a hang fails, it never stalls.
+
+_PY = [sys.executable, "-c"]
+
+
+def _run(
+    code: str, *args: str, timeout: float = 120, **kw: Any
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*_PY, textwrap.dedent(code), *args], capture_output=True, text=True, timeout=timeout, **kw
+    )
+
+
+def test_1_a_spilled_recording_past_its_capacity_loses_nothing(tmp_path: Any) -> None:
+    """Capacity 1e5, 2e5 events: spilled slots are reused, and the exports (made from the
+    spill) hold all of them."""
+    from mstx_marks.export import flush_at_exit, read_ascend_db, read_chrome_trace
+    from mstx_marks.export.spill import read_spill
+
+    rec = Recorder(capacity=100_000)
+    flush = flush_at_exit(tmp_path, rank=0, recorder=rec, signals=(), interval=None)
+    target = flush.__self__  # type: ignore[attr-defined]
+    for i in range(200_000):
+        rec.range_end(rec.range_start("step" if i == 0 else "x", "d"), "d")
+        if i % 20_000 == 0:
+            target.spill.write_now()  # what the periodic spill does
+    chrome, db = flush()
+    assert rec.dropped == 0 and rec.held <= 100_000 + 16_384
+    (spill,) = (tmp_path / "spill").iterdir()
+    assert len(read_spill(spill).records) == 200_000
+    assert len(read_chrome_trace(chrome)[0].records) == 200_000
+    assert len(read_ascend_db(db).records) == 200_000
+
+
+def test_1_a_spill_that_falls_behind_warns_once_and_every_export_marks_the_drop(
+    tmp_path: Any,
+) -> None:
+    from mstx_marks.analysis.summary import summarize_path
+    from mstx_marks.export import flush_at_exit, read_ascend_db, read_chrome_trace
+    from mstx_marks.export.spill import read_spill
+
+    rec = Recorder(capacity=1000)
+    flush = flush_at_exit(tmp_path, rank=0, recorder=rec, signals=(), interval=None)
+    with caught() as w:
+        for _ in range(5000):
+            rec.range_end(rec.range_start("step", "d"), "d")
+        chrome, db = flush()
+        flush()
+    assert rec.dropped == 4000
+    said = [x for x in w if "dropped" in str(x.message)]
+    assert len(said) == 1, [str(x.message) for x in w]
+    (spill,) = (tmp_path / "spill").iterdir()
+    assert read_spill(spill).dropped == 4000
+    assert read_chrome_trace(chrome)[0].dropped == 4000
+    assert read_ascend_db(db).dropped == 4000
+    summary = summarize_path(tmp_path, jobs=1, progress=False)
+    assert any("dropped 4000 events" in n for n in summary.notes), summary.notes
+
+
+_SIGNAL_AT_EXIT_FLUSH = """
+import os, signal, sys
+from mstx_marks.backends.record import Recorder
+from mstx_marks.export import flush_at_exit
+
+class SignalledAtExit(Recorder):
+    sent = False
+
+    def open_ranges(self, cursor):  # inside the exit flush's final spill, under its lock
+        if not self.sent:
+            self.sent = True
+            os.kill(os.getpid(), int(sys.argv[2]))
+        return super().open_ranges(cursor)
+
+rec = SignalledAtExit()
+for _ in range(3):
+    rec.range_end(rec.range_start("update_actor", "default"), "default")
+flush_at_exit(sys.argv[1], rank=0, recorder=rec)
+print("leaving", flush=True)
+"""
+
+
+@pytest.mark.parametrize("signum", [2, 15])  # SIGINT (Ctrl-C), SIGTERM
+def test_2_a_signal_during_the_exit_flush_is_handled_after_it(tmp_path: Any, signum: int) -> None:
+    from mstx_marks.export import read_ascend_db
+
+    try:
+        proc = _run(_SIGNAL_AT_EXIT_FLUSH, str(tmp_path), str(signum), timeout=90)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the exit flush deadlocked on a signal")
+    if signum == 15:
+        assert proc.returncode == -15, proc.stderr
+    else:  # Ctrl-C: KeyboardInterrupt once the flush is done
+        assert "KeyboardInterrupt" in proc.stderr or proc.returncode == -2, proc.stderr
+    (db,) = tmp_path.glob("ascend/*/ASCEND_PROFILER_OUTPUT/ascend_pytorch_profiler_0.db")
+    assert [r.name for r in read_ascend_db(db).ranges] == ["update_actor"] * 3
+
+
+def test_3_args_json_cannot_hold_lose_nothing(tmp_path: Any) -> None:
+    from mstx_marks.export import flush_at_exit, read_ascend_db, read_chrome_trace
+    from mstx_marks.export.spill import read_spill
+
+    class NoStr:
+        def __str__(self) -> str:
+            raise RuntimeError("no str")
+
+    circular: dict[str, Any] = {}
+    circular["self"] = circular
+    rec = Recorder()
+    flush = flush_at_exit(tmp_path, rank=0, recorder=rec, signals=(), interval=None)
+    for bad in ({("a", 1): 1}, {"c": circular}, {"s": NoStr()}, {"n": float("nan")}):
+        rec.set_args(rec.range_start("odd", "d"), bad)
+    for _ in range(10_000):
+        rec.range_end(rec.range_start("x", "d"), "d")
+    for rid in range(1, 5):
+        rec.range_end(rid, "d")
+    chrome, db = flush()
+    (spill,) = (tmp_path / "spill").iterdir()
+    for records in (read_spill(spill).records, read_chrome_trace(chrome)[0].records):
+        assert len(records) == 10_004
+        odd = sorted(str(r.args) for r in records if r.name == "odd")
+        assert "{\"('a', 1)\": 1}" in odd and "{'s': '<unprintable NoStr>'}" in odd, odd
+    assert len(read_ascend_db(db).records) == 10_004
+
+
+_SIGNALLED_MID_CLOSE = """
+import os, signal, sys
+from mstx_marks.backends.record import default_recorder
+from mstx_marks.export import out, spill
+
+session = out.record_to(sys.argv[1], interval=None)  # what MSTX_MARKS_OUT does, no period
+rec = default_recorder()
+for _ in range(300_000):
+    rec.range_end(rec.range_start("x", "d"), "d")
+
+real_append, sent = spill.Spill._append, []
+
+def append(self, *args, **kw):  # the first batch of the exit's final spill
+    if not sent:
+        sent.append(1)
+        os.kill(os.getpid(), int(sys.argv[2]))
+    return real_append(self, *args, **kw)
+
+spill.Spill._append = append
+print("leaving", flush=True)
+"""
+
+
+@pytest.mark.parametrize("signum", [15, 2])
+def test_5_a_signal_right_at_exit_keeps_everything(tmp_path: Any, signum: int) -> None:
+    from mstx_marks.export.spill import read_spill
+
+    proc = _run(_SIGNALLED_MID_CLOSE, str(tmp_path), str(signum), timeout=300)
+    assert proc.returncode in (-signum, 1, 0), proc.stderr
+    (spill,) = (tmp_path / "spill").glob("*.jsonl")
+    trace = read_spill(spill)
+    assert len(trace.records) == 300_000 and trace.complete
+    if signum == 15:
+        assert proc.returncode == -15
+        assert list(tmp_path.glob("ascend/*/ASCEND_PROFILER_OUTPUT/*.db"))  # exports finished
+
+
+def test_6_a_full_disk_leaves_whole_lines_and_a_torn_line_anywhere_is_skipped(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+
+    from mstx_marks.export import spill as spill_module
+
+    rec = Recorder()
+    sp = spill_module.Spill(tmp_path, rec, rank=0)
+    for _ in range(100):
+        rec.range_end(rec.range_start("a", "d"), "d")
+    sp.write_now()
+    real_write, calls = os.write, []
+
+    def short_then_full(fd: int, data: bytes) -> int:
+        calls.append(1)
+        if len(calls) == 1:
+            return real_write(fd, data[: len(data) // 2])  # a short count...
+        raise OSError(errno.ENOSPC, "No space left on device")  # ...then the disk is full
+
+    monkeypatch.setattr(spill_module.os, "write", short_then_full)
+    for _ in range(100):
+        rec.range_end(rec.range_start("b", "d"), "d")
+    with pytest.raises(OSError):
+        sp.write_now()
+    monkeypatch.setattr(spill_module.os, "write", real_write)  # space again
+    for _ in range(100):
+        rec.range_end(rec.range_start("c", "d"), "d")
+    sp.write_now(final=True)
+    trace = spill_module.read_spill(sp.path)
+    assert trace.skipped == 0
+    assert [r.name for r in trace.records] == ["a"] * 100 + ["b"] * 100 + ["c"] * 100
+    # A torn line in the middle (another writer's crash, a copy cut short): skipped, counted.
+    lines = sp.path.read_bytes().split(b"\n")
+    lines[50] = lines[50][:7]
+    torn = tmp_path / "spill" / "torn.jsonl"
+    torn.write_bytes(b"\n".join(lines))
+    trace = spill_module.read_spill(torn)
+    assert trace.skipped == 1 and len(trace.records) == 299
+
+
+def test_7_two_processes_with_one_host_and_pid_are_both_kept(tmp_path: Any) -> None:
+    import socket
+
+    from mstx_marks.analysis.summary import summarize_path
+    from mstx_marks.export import ascend_db_path, export_rank
+    from mstx_marks.export.spill import Spill
+
+    host, pid = socket.gethostname(), os.getpid()
+    for names in (["gen", "gen"], ["update_actor"] * 3):  # two containers, one pid
+        rec = Recorder()
+        for n in names:
+            rec.range_end(rec.range_start(n, "default"), "default")
+        sp = Spill(tmp_path, rec, rank=0)
+        sp.write_now(final=True)
+        db = ascend_db_path(tmp_path / "ascend", 0, worker=f"{host}_{pid}")
+        export_rank(tmp_path, sp.read(), db, process=f"{host}-{pid}")
+    assert len(list((tmp_path / "spill").iterdir())) == 2
+    summary = summarize_path(tmp_path, jobs=1, progress=False)
+    counts = {p.name: p.overall.count for p in summary.phases}
+    assert counts == {"generate_sequences": 2, "update_actor": 3}, counts
+
+
+_FORKS = """
+import os, sys, time, multiprocessing
+from mstx_marks.backends.record import default_recorder
+from mstx_marks.export import flush_at_exit
+
+flush = flush_at_exit(sys.argv[1], rank=0)
+rec = default_recorder()
+for _ in range(100):
+    rec.range_end(rec.range_start("step", "default"), "default")
+flush()
+if sys.argv[2] == "fork":
+    pid = os.fork()
+    if pid == 0:  # the child records its own and leaves normally: its exit flush runs
+        rec.range_end(rec.range_start("child_step", "default"), "default")
+        sys.exit(0)
+    os.waitpid(pid, 0)
+else:  # a multiprocessing fork child, terminated; then the parent leaves with os._exit
+    def work():
+        rec.range_end(rec.range_start("child_step", "default"), "default")
+        print("child ready", flush=True)
+        time.sleep(60)
+
+    child = multiprocessing.get_context("fork").Process(target=work)
+    child.start()
+    time.sleep(1.0)
+    child.terminate()
+    child.join()
+    os._exit(0)
+"""
+
+
+@pytest.mark.parametrize("how", ["fork", "multiprocessing"])
+def test_8_a_forked_child_neither_counts_nor_spoils_its_parents_ranges(
+    tmp_path: Any, how: str
+) -> None:
+    from mstx_marks.analysis.summary import load_traces, summarize_path
+
+    proc = _run(_FORKS, str(tmp_path), how)
+    assert proc.returncode == 0, proc.stderr
+    summary = summarize_path(tmp_path, jobs=1, progress=False)
+    assert summary.errors == []
+    counts = {p.name: p.overall.count for p in summary.phases}
+    assert counts.get("step") == 100, counts
+    assert counts.get("child_step") == 1, counts
+    traces, errors, _ = load_traces(tmp_path)
+    assert errors == [] and sum(r.name == "step" for t in traces for r in t.records) == 100
+
+
+_ONE_RUN = """
+import sys
+from mstx_marks import mark
+from mstx_marks.export import flush_at_exit
+flush_at_exit(sys.argv[1])
+for _ in range(3):
+    with mark("step"):
+        pass
+"""
+
+
+def test_9_runs_into_one_folder_are_kept_apart_and_the_newest_is_read(tmp_path: Any) -> None:
+    from mstx_marks.analysis.summary import summarize_path
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MSTX_MARKS_")}
+    for _ in range(3):
+        assert _run(_ONE_RUN, str(tmp_path / "out"), env=env).returncode == 0
+    summary = summarize_path(tmp_path / "out", jobs=1, progress=False)
+    (step,) = [p for p in summary.phases if p.name == "step"]
+    assert step.overall.count == 3
+    assert any("3 runs are here; reading the newest" in n for n in summary.notes), summary.notes
+    every = summarize_path(tmp_path / "out", jobs=1, progress=False, run="all")
+    assert [p.overall.count for p in every.phases if p.name == "step"] == [9]
+
+
+_KILLED_FLUSHING = """
+import sys, time
+from mstx_marks.backends.record import default_recorder
+from mstx_marks.export import flush_at_exit
+flush_at_exit(sys.argv[1], rank=0, interval=0.2)
+rec = default_recorder()
+for _ in range(100):
+    rec.range_end(rec.range_start("step", "default"), "default")
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+def test_10_flush_at_exit_spills_periodically_so_sigkill_keeps_the_ranges(tmp_path: Any) -> None:
+    import signal
+    import time
+
+    from mstx_marks.export.spill import read_spill
+
+    proc = subprocess.Popen(
+        [*_PY, _KILLED_FLUSHING, str(tmp_path)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+        deadline = time.monotonic() + 30  # the spill comes within 0.2 s; 30 s is the margin
+        while time.monotonic() < deadline and not list(tmp_path.glob("spill/*.jsonl")):
+            time.sleep(0.1)
+        time.sleep(1.0)  # let the interval pass again, loaded box or not
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    (spill,) = tmp_path.glob("spill/*.jsonl")
+    assert len(read_spill(spill).ranges) == 100
+
+
+def test_11_args_are_kept_when_the_database_copy_wins(tmp_path: Any) -> None:
+    from mstx_marks.analysis.summary import load_traces
+    from mstx_marks.base.records import RangeRecord
+    from mstx_marks.export import RankTrace, export_rank
+
+    r = RangeRecord("gen", "default", 2 * 10**18, 2 * 10**18 + 10, 1, 7, args={"tokens": 8})
+    export_rank(tmp_path, RankTrace(0, [r]))
+    (trace,), errors, _ = load_traces(tmp_path)
+    assert errors == [] and trace.source is not None and trace.source.suffix == ".db"
+    assert trace.records[0].args == {"tokens": 8}
+
+
+def test_12_a_planted_link_is_never_followed_and_a_foreign_folder_is_refused(
+    tmp_path: Any,
+) -> None:
+    from mstx_marks.export.files import UnsafeOutput
+    from mstx_marks.export.spill import Spill, spill_path
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    (tmp_path / "out" / "spill").mkdir(parents=True)
+    spill_path(tmp_path / "out").symlink_to(victim)  # planted at the predictable name
+    rec = Recorder()
+    rec.range_end(rec.range_start("x", "d"), "d")
+    written = Spill(tmp_path / "out", rec, rank=0).write_now()
+    assert victim.read_text() == "precious\n"
+    assert not written.is_symlink() and written.stat().st_size > 0
+    if hasattr(os, "geteuid") and os.geteuid() == 0:  # root can make a folder someone else's
+        foreign = tmp_path / "shared" / "spill"
+        foreign.mkdir(parents=True)
+        os.chown(foreign, 54321, 54321)
+        foreign.chmod(0o777)
+        with pytest.raises(UnsafeOutput, match="belongs to another user"):
+            Spill(tmp_path / "shared", rec, rank=0).write_now(final=True)
+
+
+def test_13_a_fifo_among_the_traces_hangs_nothing(tmp_path: Any) -> None:
+    from mstx_marks.base.records import RangeRecord
+    from mstx_marks.export import RankTrace, export_rank
+
+    r = RangeRecord("step", "default", 2 * 10**18, 2 * 10**18 + 10, 1, 7)
+    export_rank(tmp_path, RankTrace(0, [r]))
+    (tmp_path / "spill").mkdir()
+    os.mkfifo(tmp_path / "spill" / "h-1.jsonl")
+    os.mkfifo(tmp_path / "chrome" / "rank9.trace.json")
+    for args in ([], ["--html", str(tmp_path / "r.html")]):
+        try:
+            proc = _run(
+                "import sys; from mstx_marks.cli.main import main; sys.exit(main(sys.argv[1:]))",
+                "summary", str(tmp_path), *args, timeout=120,
+            )  # fmt: skip
+        except subprocess.TimeoutExpired:
+            pytest.fail("a FIFO hung the summary")
+        assert proc.returncode == 0 and "step" in proc.stdout, proc.stderr
+
+
+def test_14_a_gzip_bomb_is_refused_in_bounded_memory(tmp_path: Any) -> None:
+    import gzip
+
+    with gzip.open(tmp_path / "bomb.trace.json.gz", "wb", compresslevel=1) as f:
+        block = b" " * (1 << 20)
+        for _ in range(600):  # 600 MB of JSON whitespace, a megabyte or so on disk
+            f.write(block)
+    proc = _run(
+        """
+        import resource, sys
+        from mstx_marks.analysis.summary import load_traces
+        _, errors, _ = load_traces(sys.argv[1])
+        print(errors)
+        print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
+        """,
+        str(tmp_path),
+    )
+    errors, peak_mb = proc.stdout.splitlines()
+    assert "bomb.trace.json.gz" in errors and "more than" in errors, proc.stdout
+    assert int(peak_mb) < 450, peak_mb
+
+
+def test_15_one_bad_value_leaves_the_rest_summarised(tmp_path: Any) -> None:
+    import gzip
+    import json
+
+    from mstx_marks.analysis.summary import run_summary
+    from mstx_marks.base.records import RangeRecord
+    from mstx_marks.export import RankTrace, chrome_trace
+
+    base = 2 * 10**18
+    good = [RangeRecord("step", "default", base, base + 10**6, 1, 7),
+            RangeRecord("gen", "default", base, base + 10**5, 1, 7)]  # fmt: skip
+    doc = chrome_trace([RankTrace(0, good)])
+    doc["traceEvents"] += [
+        {**doc["traceEvents"][-1], "pid": float("nan")},
+        {**doc["traceEvents"][-1], "dur": 1e30},
+        {**doc["traceEvents"][-1], "dur": -1000.0, "name": "backwards"},
+    ]
+    (tmp_path / "rank0.trace.json").write_text(json.dumps(doc))
+    (tmp_path / "broken.trace.json.gz").write_bytes(gzip.compress(b"{}")[:12] + b"\x00" * 40)
+    for out in ({}, {"html": str(tmp_path / "r.html")}, {"trace": str(tmp_path / "m.json")}):
+        with caught():
+            code = run_summary(str(tmp_path), **out)  # type: ignore[arg-type]
+        assert code == 1  # the corrupt gzip is an error, named; the rest is summarised
+    traces_json = json.loads((tmp_path / "m.json").read_text())
+    names = {e.get("name") for e in traces_json["traceEvents"]}
+    assert "step" in names and "backwards" not in names
+
+
+def test_16_a_comment_opener_escapes_and_long_names_are_cut(tmp_path: Any) -> None:
+    from mstx_marks.analysis.report_html import write_html_report
+    from mstx_marks.analysis.summary import format_table, summarize
+    from mstx_marks.base.records import RangeRecord
+    from mstx_marks.export import RankTrace
+
+    r = [RangeRecord("<!--<script>", "default", 0, 10, 1, 1),
+         RangeRecord("n" * 1_000_000, "default", 0, 5, 1, 1)]  # fmt: skip
+    traces = [RankTrace(0, r)]
+    summary = summarize(traces)
+    page = write_html_report(tmp_path / "r.html", traces, summary).read_text()
+    scripts = page.split("<script")[1:]
+    assert all("<!--" not in s.split("</script>")[0] for s in scripts)
+    assert max(len(line) for line in format_table(summary).splitlines()) < 300
+
+
+def test_16_file_names_with_terminal_escapes_are_printed_escaped(tmp_path: Any) -> None:
+    from mstx_marks.analysis.summary import run_summary
+
+    bad = tmp_path / "x\x1b[2Jy.trace.json"
+    bad.write_text("not json")
+    import contextlib
+    import io
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        run_summary(str(tmp_path))
+    assert "\x1b" not in err.getvalue() and "\\x1b[2J" in err.getvalue()
+
+
+def test_17_a_superscript_capacity_is_not_an_int(monkeypatch: pytest.MonkeyPatch) -> None:
+    from mstx_marks.base import env
+
+    monkeypatch.setenv(env.RECORD_CAPACITY, "²")
+    with caught() as w:
+        assert env.positive_int(env.RECORD_CAPACITY, 7) == 7
+    assert w and "expected an int" in str(w[0].message)
+
+
+def test_19_many_bad_sample_pairs_give_one_short_warning() -> None:
+    from mstx_marks.launch.activate import parse_samples
+
+    with caught() as w:
+        assert parse_samples("a=bad(1);" * 7000) == {}
+    assert len(w) == 1 and len(str(w[0].message)) < 600
+
+
+def test_9_processes_of_one_job_without_a_shared_run_id_are_one_run(tmp_path: Any) -> None:
+    """Processes started by a parent that never recorded (so never made the id) each make
+    their own: runs whose processes overlap in time are one run."""
+    from mstx_marks.analysis.summary import summarize_path
+    from mstx_marks.export.spill import Spill
+
+    recs = [Recorder(), Recorder()]
+    rids = [rec.range_start("step", "default") for rec in recs]  # both running at once
+    for rec, rid, run in zip(recs, rids, ("20250101-000000-aaaa", "20250101-000000-bbbb")):
+        rec.range_end(rid, "default")
+        Spill(tmp_path, rec, rank=len(run) % 2, run=run).write_now(final=True)
+    summary = summarize_path(tmp_path, jobs=1, progress=False)
+    assert summary.notes == [] and [p.overall.count for p in summary.phases] == [2]

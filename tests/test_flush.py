@@ -82,11 +82,11 @@ from mstx_marks.export import flush_at_exit
 class SignalledMidFlush(Recorder):
     sent = False
 
-    def records(self):
+    def open_ranges(self, cursor):  # called inside the flush's final spill, under its lock
         if not self.sent:  # SIGTERM lands while the explicit flush below holds its lock
             self.sent = True
             os.kill(os.getpid(), signal.SIGTERM)
-        return super().records()
+        return super().open_ranges(cursor)
 
 rec = SignalledMidFlush()
 rec.range_end(rec.range_start("update_actor", "default"), "default")
@@ -118,13 +118,13 @@ from mstx_marks.export import flush_at_exit
 flushes = []
 
 class Slow(Recorder):
-    def records(self):
+    def open_ranges(self, cursor):  # once per flush (its final spill)
         flushes.append(1)
         sys.stderr.write(f"flush {len(flushes)}\\n")
         if len(flushes) == 1:  # a second SIGTERM arrives while the first one's flush runs
             os.kill(os.getpid(), signal.SIGTERM)
             time.sleep(0.2)
-        return super().records()
+        return super().open_ranges(cursor)
 
 def user_handler(num, frame):  # installed before ours: still runs, once, after the flush
     sys.stderr.write("user handler\\n")

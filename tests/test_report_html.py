@@ -126,7 +126,9 @@ def test_the_report_renders_in_headless_chromium(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     chromium = _chromium()
-    for t in _traces():
+    c = synthetic_rank(2, steps=3, tokens=4)  # a second rollout rank: an imbalance to show
+    c.role = "rollout"
+    for t in [*_traces(), c]:
         export_rank(tmp_path / "run", t)
     report = tmp_path / "report.html"
     assert cli_main(["summary", str(tmp_path / "run"), "--html", str(report)]) == 0
@@ -148,6 +150,8 @@ def test_the_report_renders_in_headless_chromium(
     assert drawn and int(drawn.group(1)) > 20
     assert dom.stdout.count("<th ") + dom.stdout.count("<th>") >= 10  # the table was built
     assert "slowest rank 1" in dom.stdout  # imbalance names the slowest rank
+    assert re.search(r'data-marks="[1-9]', dom.stdout)  # the instants are drawn
+    assert "(unmarked)" in dom.stdout and "self %" in dom.stdout
 
     # The check can fail: the same page with a script error is caught.
     broken = tmp_path / "broken.html"

@@ -286,11 +286,12 @@ def _part_key(part: object) -> object:
 
     assert isinstance(part, ProcessPart)
     phases = {
-        n: (a.count, a.total_ns, a.max_ns, a.p50_ns, a.p90_ns, a.first_start_ns)
+        n: (a.count, a.total_ns, a.max_ns, a.p50_ns, a.p90_ns, a.first_start_ns, a.self_ns)
         for n, a in part.phases.items()
     }
-    steps = part.step_count, part.step_time_ns, part.step_keys
-    return part.rank, part.pids, part.n_records, part.span, part.first_ns, steps, phases
+    steps = part.step_count, part.step_time_ns, part.step_keys, part.step_phases
+    breakdown = part.unmarked_ns, part.concurrent_ns, part.outside_ns
+    return part.rank, part.pids, part.n_records, part.span, part.first_ns, steps, phases, breakdown
 
 
 @settings(max_examples=40, deadline=None)

@@ -11,6 +11,15 @@ when the ranks' durations add up to at most :data:`POOL_LIMIT` (they are pooled)
 the merged sketches within :data:`~.sketch.RELATIVE_ERROR`, which ``Stats.percentile_error``
 then says.
 
+**Inclusive and self time.** A phase's ``total_ns`` (and ``step_share``) is inclusive: a phase
+nested in another counts in both, so the shares add up to more than the step. Its ``self_ns``
+is exclusive: its ranges' time minus the time covered by the ranges they contain on their own
+thread (nesting by containment, per process and thread; step ranges are the frame, not a
+phase, and stay out of it). In a process whose phases run one at a time inside steps, the self
+times and ``Summary.unmarked_ns`` (step time no phase covers) add up to the step time exactly;
+ranges concurrent with others (another thread, asyncio tasks gathered on one thread) add
+``Summary.concurrent_ns`` beyond it, and ranges outside every step ``Summary.outside_ns``.
+
 >>> from mstx_marks.base.records import RangeRecord, RankTrace
 >>> r = lambda name, s, e: RangeRecord(name, "default", s, e, 1, 1)
 >>> part = aggregate_trace(RankTrace(0, [r("step", 0, 100), r("gen", 0, 40)]))
@@ -23,11 +32,19 @@ from __future__ import annotations
 from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from mstx_marks.analysis.mark_pairs import pair_marks
 from mstx_marks.analysis.quantiles import RELATIVE_ERROR, QuantileSketch, percentile
-from mstx_marks.analysis.steps import Step, StepOptions, find_steps, fold_name, step_time_ns
+from mstx_marks.analysis.steps import (
+    Step,
+    StepOptions,
+    find_steps,
+    fold_name,
+    merge_spans,
+    step_time_ns,
+    step_windows,
+)
 from mstx_marks.base.records import Member, RangeRecord, RankTrace, Span
 
 __all__ = [
@@ -41,6 +58,7 @@ __all__ = [
     "Stats",
     "Summary",
     "aggregate_trace",
+    "breakdown",
     "combine",
     "phase_agg",
 ]
@@ -53,8 +71,10 @@ POOL_LIMIT = 200_000
 
 @dataclass
 class Stats:
-    """Durations of one phase (nanoseconds); ``step_share`` is ``total_ns`` over step time;
-    ``percentile_error`` bounds the relative error of ``p50_ns``/``p90_ns`` (0: exact)."""
+    """Durations of one phase (nanoseconds); ``step_share`` is ``total_ns`` over step time
+    (inclusive); ``percentile_error`` bounds the relative error of ``p50_ns``/``p90_ns`` (0:
+    exact); ``self_ns`` is the exclusive time and ``self_share`` it over step time (both None
+    for the step phase itself: it is the frame the others are shares of)."""
 
     count: int
     total_ns: int
@@ -64,6 +84,8 @@ class Stats:
     max_ns: int
     step_share: float | None
     percentile_error: float = 0.0
+    self_ns: int | None = None
+    self_share: float | None = None
 
 
 @dataclass
@@ -79,6 +101,8 @@ class PhaseSummary:
     imbalance: float | None
     slowest_rank: int
     role: str = ""
+    #: Whether this phase's ranges are the steps (``step``, ``train_step``, ``--step-name``).
+    is_step: bool = False
 
     def member(self, rank: int) -> Member:
         return Member(self.role, rank)
@@ -98,6 +122,12 @@ class Summary:
     #: Per member, the keys of its steps in order (see :mod:`mstx_marks.analysis.steps`), for
     #: those whose steps are not simply numbered 1, 2, ... (an empty list: numbered in order).
     step_keys: dict[Member, list[str]] = field(default_factory=dict)
+    #: Per member, step time no phase covers (on any thread): the breakdown's "unmarked" row.
+    unmarked_ns: dict[Member, int] = field(default_factory=dict)
+    #: Per member, self time beyond wall time: ranges concurrent with others (threads, asyncio).
+    concurrent_ns: dict[Member, int] = field(default_factory=dict)
+    #: Per member, time of phases outside every step (counted in shares, not in step time).
+    outside_ns: dict[Member, int] = field(default_factory=dict)
 
     @property
     def roles(self) -> list[str]:
@@ -124,9 +154,10 @@ class PhaseAgg:
     first_start_ns: int
     sketch: QuantileSketch
     sample: array[int] | None
+    self_ns: int = 0
 
 
-def phase_agg(ordered: Sequence[int], first_start_ns: int) -> PhaseAgg:
+def phase_agg(ordered: Sequence[int], first_start_ns: int, self_ns: int = 0) -> PhaseAgg:
     """The aggregate of one phase from its durations, sorted.
 
     >>> a = phase_agg([1, 2, 3, 10], 5)
@@ -145,6 +176,7 @@ def phase_agg(ordered: Sequence[int], first_start_ns: int) -> PhaseAgg:
         first_start_ns=first_start_ns,
         sketch=sketch,
         sample=sample,
+        self_ns=self_ns,
     )
 
 
@@ -165,10 +197,34 @@ class ProcessPart:
     #: The steps' keys when they are not 1, 2, ... (kept small: a part holds no list per step).
     step_keys: list[str] = field(default_factory=list)
     phases: dict[str, PhaseAgg] = field(default_factory=dict)
+    #: As :class:`~mstx_marks.base.records.RankTrace` says: its run, its instance, the events
+    #: its recorder dropped, the lines or rows skipped as unreadable, whether its file is whole.
+    run: str = ""
+    instance: str = ""
+    dropped: int = 0
+    skipped: int = 0
+    complete: bool = True
+    #: The phases whose ranges are the steps, and :func:`breakdown`'s figures.
+    step_phases: frozenset[str] = frozenset()
+    unmarked_ns: int = 0
+    concurrent_ns: int = 0
+    outside_ns: int = 0
 
     @property
     def member(self) -> Member:
         return Member(self.role, self.rank)
+
+    def set_breakdown(
+        self, ranges: list[tuple[Any, int, int, str]], windows: Sequence[Span]
+    ) -> ProcessPart:
+        """Self times, unmarked, concurrent and outside time from the phases' ``(thread, start,
+        -end, name)`` (step ranges left out) and the steps' ``windows`` (see :func:`breakdown`)."""
+        if not windows and self.span is not None:
+            windows = [self.span]  # no steps: step time is the recorded span
+        selfs, self.unmarked_ns, self.concurrent_ns, self.outside_ns = breakdown(ranges, windows)
+        for name, agg in self.phases.items():
+            agg.self_ns = selfs.get(name, 0)
+        return self
 
     def set_steps(self, steps: list[Step]) -> ProcessPart:
         """Keep what the summary needs of ``steps``: their number, time and unusual keys."""
@@ -187,28 +243,138 @@ def aggregate_trace(
     """The :class:`ProcessPart` of an in-memory trace (``X_start``/``X_stop`` marks paired)."""
     records = pair_marks(trace.records)
     paired = RankTrace(trace.rank, records, trace.steps, trace.source, trace.role)
+    options = (steps or StepOptions()).resolved(
+        r.name for r in records if isinstance(r, RangeRecord)
+    )
+    step_phases: set[str] = set()
+    nested: list[tuple[Any, int, int, str]] = []
     durations: dict[str, list[int]] = {}
     first: dict[str, int] = {}
     lo = hi = None
+    backwards = 0
     for r in records:
         if not isinstance(r, RangeRecord):
             continue
+        if r.end_ns < r.start_ns:  # ends before it starts: no duration to count
+            backwards += 1
+            continue
         name = fold(r.name)
         durations.setdefault(name, []).append(r.end_ns - r.start_ns)
+        if options.is_step(r.name, fold):
+            step_phases.add(name)
+        else:
+            nested.append(((r.pid, r.thread), r.start_ns, -r.end_ns, name))
         if name not in first or r.start_ns < first[name]:
             first[name] = r.start_ns
         lo = r.start_ns if lo is None else min(lo, r.start_ns)
         hi = r.end_ns if hi is None else max(hi, r.end_ns)
-    return ProcessPart(
-        rank=trace.rank,
-        pids=frozenset(r.pid for r in records),
-        source=trace.source,
-        role=trace.role,
-        n_records=len(records),
-        span=None if lo is None or hi is None else (lo, hi),
-        first_ns=min((r.start_ns for r in records), default=None),
-        phases={name: phase_agg(sorted(d), first[name]) for name, d in durations.items()},
-    ).set_steps(find_steps(paired, steps, fold))
+    return (
+        ProcessPart(
+            rank=trace.rank,
+            pids=frozenset(r.pid for r in records),
+            source=trace.source,
+            role=trace.role,
+            n_records=len(records),
+            span=None if lo is None or hi is None else (lo, hi),
+            first_ns=min((r.start_ns for r in records), default=None),
+            phases={name: phase_agg(sorted(d), first[name]) for name, d in durations.items()},
+            run=trace.run,
+            instance=trace.instance,
+            dropped=trace.dropped,
+            skipped=trace.skipped + backwards,
+            complete=trace.complete,
+            step_phases=frozenset(step_phases),
+        )
+        .set_steps(find_steps(paired, steps, fold))
+        .set_breakdown(nested, step_windows(paired, steps, fold))
+    )
+
+
+def _measure(spans: Sequence[Span]) -> int:
+    return sum(e - s for s, e in spans)
+
+
+def _overlap(a: Sequence[Span], b: Sequence[Span]) -> int:
+    """The time two sorted lists of disjoint spans share."""
+    i = j = total = 0
+    while i < len(a) and j < len(b):
+        lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        if hi > lo:
+            total += hi - lo
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total
+
+
+def breakdown(
+    ranges: list[tuple[Any, int, int, str]], windows: Sequence[Span]
+) -> tuple[dict[str, int], int, int, int]:
+    """``(self time per phase, unmarked, concurrent, outside)`` of one process's phases, given
+    as ``(thread, start, -end, name)`` (step ranges left out; the end negated so that plain
+    tuple order puts a range before what it contains; sorted here, in place), in steps covering
+    ``windows`` (sorted, disjoint).
+
+    A range's self time is its duration minus the union of the ranges it contains on its
+    thread; *unmarked* is the time of ``windows`` no range covers; *concurrent* is how much the
+    self times add beyond the time the ranges cover (0 when they run one at a time), and
+    *outside* the covered time outside ``windows``. So ``sum(self) + unmarked`` is the windows'
+    time plus ``concurrent + outside``.
+
+    >>> t = [(1, 0, -100, "gen"), (1, 10, -40, "one"), (1, 50, -90, "one"), (1, 60, -70, "x")]
+    >>> selfs, unmarked, concurrent, outside = breakdown(t, [(0, 120)])
+    >>> sorted(selfs.items()), unmarked, concurrent, outside
+    ([('gen', 30), ('one', 60), ('x', 10)], 20, 0, 0)
+    >>> breakdown([(1, 0, -10, "a"), (1, 5, -15, "a")], [(0, 15)])  # two tasks on one thread
+    ({'a': 20}, 0, 5, 0)
+    """
+    selfs: dict[str, int] = {}
+    spans: list[Span] = []  # per thread, the time its ranges cover, as disjoint spans
+    # [end, start, name, covered, covered_end] of the ranges open at this start, outer first
+    stack: list[list[Any]] = []
+    nothing = thread = object()
+    lo = hi = 0
+
+    def close(x: list[Any]) -> None:
+        selfs[x[2]] = selfs.get(x[2], 0) + (x[0] - x[1] - x[3])
+
+    ranges.sort()
+    for key, s, neg_end, name in ranges:
+        e = -neg_end
+        if key != thread:
+            for x in stack:
+                close(x)
+            if thread is not nothing:  # the previous thread's last covered span
+                spans.append((lo, hi))
+            stack, thread, lo, hi = [], key, s, e
+        elif s > hi:
+            spans.append((lo, hi))
+            lo, hi = s, e
+        elif e > hi:
+            hi = e
+        while stack and stack[-1][0] <= s and stack[-1][0] < e:
+            close(stack.pop())
+        for x in reversed(stack):  # the innermost range that contains this one
+            if x[0] >= e:
+                if s >= x[4]:
+                    x[3] += e - s
+                    x[4] = e
+                elif e > x[4]:
+                    x[3] += e - x[4]
+                    x[4] = e
+                break
+        stack.append([e, s, name, 0, s])
+    for x in stack:
+        close(x)
+    if ranges:
+        spans.append((lo, hi))
+    for name in selfs:
+        selfs[name] = max(selfs[name], 0)
+    covered = merge_spans(spans)
+    inside = _overlap(covered, windows)
+    concurrent = max(0, sum(selfs.values()) - _measure(covered))
+    return selfs, _measure(windows) - inside, concurrent, _measure(covered) - inside
 
 
 class PoolBudget:
@@ -240,6 +406,13 @@ class PoolBudget:
 
 def _stats(count: int, total: int, max_ns: int, p50: float, p90: float, step: int) -> Stats:
     return Stats(count, total, total / count, p50, p90, max_ns, total / step if step else None)
+
+
+def _with_self(stats: Stats, self_ns: int | None, step: int) -> Stats:
+    if self_ns is not None:
+        stats.self_ns = self_ns
+        stats.self_share = self_ns / step if step else None
+    return stats
 
 
 def _overall(aggs: list[PhaseAgg], step_time: int) -> Stats:
@@ -278,6 +451,9 @@ def combine(parts: Iterable[ProcessPart]) -> Summary:
         step_count={m: p.step_count for m, p in by_member.items()},
         sources={m: str(p.source) for m, p in by_member.items()},
         step_keys={m: p.step_keys for m, p in by_member.items()},
+        unmarked_ns={m: p.unmarked_ns for m, p in by_member.items()},
+        concurrent_ns={m: p.concurrent_ns for m, p in by_member.items()},
+        outside_ns={m: p.outside_ns for m, p in by_member.items()},
     )
 
 
@@ -291,14 +467,24 @@ def _role_phases(
     result = []
     for name in sorted(names, key=names.__getitem__):
         aggs = {rank: p.phases[name] for rank, p in by_rank.items() if name in p.phases}
+        is_step = any(name in by_rank[rank].step_phases for rank in aggs)
         per_rank = {
-            rank: _stats(a.count, a.total_ns, a.max_ns, a.p50_ns, a.p90_ns, step_time[rank])
+            rank: _with_self(
+                _stats(a.count, a.total_ns, a.max_ns, a.p50_ns, a.p90_ns, step_time[rank]),
+                None if is_step else a.self_ns,
+                step_time[rank],
+            )
             for rank, a in aggs.items()
         }
-        overall = _overall(list(aggs.values()), sum(step_time[rank] for rank in aggs))
+        step_sum = sum(step_time[rank] for rank in aggs)
+        overall = _with_self(
+            _overall(list(aggs.values()), step_sum),
+            None if is_step else sum(a.self_ns for a in aggs.values()),
+            step_sum,
+        )
         totals = {rank: s.total_ns for rank, s in per_rank.items()}
         slowest = max(totals, key=totals.__getitem__)
         fastest = min(totals.values())
         imbalance = totals[slowest] / fastest if fastest else None
-        result.append(PhaseSummary(name, overall, per_rank, imbalance, slowest, role))
+        result.append(PhaseSummary(name, overall, per_rank, imbalance, slowest, role, is_step))
     return result

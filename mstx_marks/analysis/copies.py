@@ -29,7 +29,7 @@ from typing import Generic, TypeVar
 from mstx_marks.base.records import TraceFileError
 from mstx_marks.export.spill import SPILL_SUFFIX
 
-__all__ = ["EPOCH_NS", "Copy", "pick_copies"]
+__all__ = ["EPOCH_NS", "Copy", "pick_copies", "pick_run"]
 
 #: Epoch nanoseconds pass 1e18 in September 2001; a clock since boot stays far below it.
 EPOCH_NS = 10**18
@@ -48,10 +48,13 @@ class Copy(Generic[T]):
     first_ns: int | None
     role: str
     payload: T
+    #: Tells apart processes with the same host and pid (their own pid namespaces).
+    instance: str = ""
+    run: str = ""
 
     @property
-    def key(self) -> tuple[int, frozenset[int]]:
-        return self.rank, self.pids
+    def key(self) -> tuple[int, frozenset[int], str]:
+        return self.rank, self.pids, self.instance
 
     def preference(self) -> tuple[int, float]:
         name = self.source.name if self.source is not None else ""
@@ -96,8 +99,8 @@ def _ranks_phrase(ranks: list[int]) -> str:
     return f"{len(ranks)} ranks ({', '.join(map(str, ranks))}) are"
 
 
-def _notes(chosen: dict[tuple[int, frozenset[int]], Copy[T]],
-           others: dict[tuple[int, frozenset[int]], list[Copy[T]]]) -> list[str]:  # fmt: skip
+def _notes(chosen: dict[tuple[int, frozenset[int], str], Copy[T]],
+           others: dict[tuple[int, frozenset[int], str], list[Copy[T]]]) -> list[str]:  # fmt: skip
     over_chrome, newest = [], []
     for key in sorted(others, key=lambda k: (k[0], sorted(k[1]))):
         kept, rank = chosen[key], key[0]
@@ -128,17 +131,97 @@ def pick_copies(
     Files on the odd clock are added to ``errors``. A copy that loses lends its role to the
     winner when the winner has none.
     """
-    chosen: dict[tuple[int, frozenset[int]], Copy[T]] = {}
-    others: dict[tuple[int, frozenset[int]], list[Copy[T]]] = {}
-    for _, copies in _drop_other_clocks(loaded, errors):
-        for c in copies:
-            other = chosen.get(c.key)
-            if other is not None and other.preference() >= c.preference():
-                others.setdefault(c.key, []).append(c)
-                other.role = other.role or c.role
-                continue
-            if other is not None:
-                others.setdefault(c.key, []).append(other)
-                c.role = c.role or other.role
-            chosen[c.key] = c
+    chosen: dict[tuple[int, frozenset[int], str], Copy[T]] = {}
+    others: dict[tuple[int, frozenset[int], str], list[Copy[T]]] = {}
+    found: list[Copy[T]] = [c for _, copies in _drop_other_clocks(loaded, errors) for c in copies]
+    # A copy that names its instance first: one that names none (another tool's file, an older
+    # one) is then taken as a copy of the process with its rank and pids, whichever instance.
+    instances: dict[tuple[int, frozenset[int]], str] = {}
+    for c in found:
+        if c.instance:
+            instances.setdefault((c.rank, c.pids), c.instance)
+    for c in found:
+        if not c.instance and (c.rank, c.pids) in instances:
+            c.instance = instances[(c.rank, c.pids)]
+    for c in found:
+        other = chosen.get(c.key)
+        if other is not None and other.preference() >= c.preference():
+            others.setdefault(c.key, []).append(c)
+            other.role = other.role or c.role
+            continue
+        if other is not None:
+            others.setdefault(c.key, []).append(other)
+            c.role = c.role or other.role
+        chosen[c.key] = c
     return list(chosen.values()), _notes(chosen, others)
+
+
+def _end_ns(payload: object) -> int | None:
+    """The latest end of what a copy holds (a trace's records, or a part's span)."""
+    span = getattr(payload, "span", None)
+    if span is not None:
+        return int(span[1])
+    records = getattr(payload, "records", None)
+    ends = [getattr(r, "end_ns", r.start_ns) for r in records] if records else []
+    return max(ends) if ends else None
+
+
+def _run_groups(loaded: list[tuple[Path, list[Copy[T]]]]) -> list[list[str]]:
+    """The run ids, grouped so that runs whose processes overlap in time are one run (processes
+    of one job started without a shared id, each making its own), oldest group first."""
+    spans: dict[str, list[int]] = {}
+    for _, copies in loaded:
+        for c in copies:
+            if not c.run or c.first_ns is None:
+                continue
+            end = _end_ns(c.payload)
+            span = spans.setdefault(c.run, [c.first_ns, c.first_ns])
+            span[0] = min(span[0], c.first_ns)
+            span[1] = max(span[1], c.first_ns if end is None else end)
+    groups: list[list[str]] = []
+    reach = None
+    for run in sorted(spans, key=lambda r: (spans[r][0], r)):
+        start, end = spans[run]
+        if groups and reach is not None and start <= reach:
+            groups[-1].append(run)
+            reach = max(reach, end)
+        else:
+            groups.append([run])
+            reach = end
+    return groups
+
+
+def pick_run(
+    loaded: list[tuple[Path, list[Copy[T]]]], run: str | None, errors: list[str], notes: list[str]
+) -> list[tuple[Path, list[Copy[T]]]]:
+    """The copies of one run: ``run`` (an id, or ``"all"``), else the newest (the one whose
+    processes started last). Files that name no run (another tool's, older ones) are kept; runs
+    whose processes overlap in time are taken as one. Several runs in the folder (a program run
+    again into it) are never summed together: a note says which was read and which others there
+    are.
+    """
+    if run == "all":
+        return loaded
+    groups = _run_groups(loaded)
+    if not groups:
+        if run is not None:
+            errors.append(f"no run {run!r} here (no file names its run)")
+            return []
+        return loaded
+    if run is None:
+        chosen = groups[-1]
+        if len(groups) > 1:
+            others = ", ".join(g[0] for g in reversed(groups[:-1]))
+            notes.append(
+                f"{len(groups)} runs are here; reading the newest, {chosen[0]} (--run ID for"
+                f" another, --run all for every one); the others: {others}"
+            )
+    else:
+        found = [g for g in groups if run in g]
+        if not found:
+            known = ", ".join(g[0] for g in reversed(groups))
+            errors.append(f"no run {run!r} here (runs: {known})")
+            return []
+        chosen = found[0]
+    keep = {*chosen, ""}
+    return [(path, [c for c in copies if c.run in keep]) for path, copies in loaded]

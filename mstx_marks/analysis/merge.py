@@ -14,11 +14,13 @@ engine's processes, the driver) and writes them on one time axis:
 - **Processes.** One Chrome process per role, rank and operating-system pid, named
   ``<role> rank R (pid P)`` and sorted by role, then rank (one GPU's trainer, FSDP workers and
   vLLM processes all say rank 0: the role leads).
-- **Threads.** Each thread is named (``thread_name`` metadata). Chrome nests the complete events
-  of one thread by time, so ranges that overlap without nesting (two asyncio tasks on one thread)
-  would be drawn wrongly: the thread is split into tracks where each track nests properly, the
-  extra ones named ``thread T (overlap K)`` and listed in ``otherData.threads`` so that
-  :func:`~mstx_marks.export.read_chrome_trace` reads them back onto their thread.
+- **Threads.** Each thread is named (``thread_name`` metadata: its Python name when known, else
+  ``thread T``). Chrome nests the complete events of one thread by time, so ranges that overlap
+  without nesting (two asyncio tasks on one thread) would be drawn wrongly: the thread is split
+  into tracks where each track nests properly, the extra ones named ``thread T (overlap K)`` and
+  listed in ``otherData.threads`` so that :func:`~mstx_marks.export.read_chrome_trace` reads
+  them back onto their thread (:func:`mstx_marks.export.chrome.thread_tracks`, which the
+  per-rank traces use too).
 - **Steps** are on a ``steps`` track of each process (category ``mstx_marks.step``, which the
   reader skips).
 
@@ -36,43 +38,26 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from mstx_marks.analysis.steps import StepOptions, find_steps
-from mstx_marks.base.records import InstantRecord, RangeRecord, RankTrace, Record
-from mstx_marks.export.chrome import GENERATOR, dumps, trace_event, trace_us
+from mstx_marks.base.records import RankTrace, Record
+from mstx_marks.export.chrome import (
+    GENERATOR,
+    OVERLAP_TID,
+    dumps,
+    nesting_tracks,
+    thread_tracks,
+    trace_event,
+    trace_us,
+)
 from mstx_marks.export.files import atomic_write_bytes
 
 __all__ = ["STEP_CATEGORY", "merged_chrome_trace", "nesting_tracks", "write_merged_trace"]
 
 #: The category of the step ranges on each process's ``steps`` track.
 STEP_CATEGORY = "mstx_marks.step"
-_EXTRA_TID = 1 << 40  # synthetic thread ids start here, far above any real one
 _ALIGNMENT = (
     "wall clock: every file's timestamps are time.time_ns() (boot-clock files shifted by their "
     "clock pair); no cross-rank offset estimate"
 )
-
-
-def nesting_tracks(ranges: Sequence[RangeRecord]) -> list[list[RangeRecord]]:
-    """``ranges`` split into tracks in each of which every two ranges nest or do not overlap;
-    each range goes to the first track it fits.
-
-    >>> r = lambda s, e: RangeRecord("x", "d", s, e, 1, 1)
-    >>> [[x.start_ns for x in t] for t in nesting_tracks([r(0, 10), r(2, 5), r(4, 12)])]
-    [[0, 2], [4]]
-    """
-    tracks: list[list[RangeRecord]] = []
-    stacks: list[list[int]] = []  # per track, the ends of the ranges still open at this start
-    for r in sorted(ranges, key=lambda r: (r.start_ns, -r.end_ns)):
-        for track, stack in zip(tracks, stacks):
-            while stack and stack[-1] <= r.start_ns:
-                stack.pop()
-            if not stack or r.end_ns <= stack[-1]:
-                track.append(r)
-                stack.append(r.end_ns)
-                break
-        else:
-            tracks.append([r])
-            stacks.append([r.end_ns])
-    return tracks
 
 
 def _meta(name: str, cpid: int, args: dict[str, Any], tid: int | None = None) -> dict[str, Any]:
@@ -93,7 +78,7 @@ def merged_chrome_trace(
     processes: dict[str, Any] = {}
     threads: dict[str, int] = {}
     cpid = 0
-    extra = _EXTRA_TID
+    extra = OVERLAP_TID
     for trace in sorted(traces, key=lambda t: t.member):
         found = find_steps(trace, steps)
         by_pid: dict[int, list[Record]] = {}
@@ -111,30 +96,15 @@ def merged_chrome_trace(
                 _meta("process_name", cpid, {"name": f"{trace.member.label} (pid {pid})"})
             )
             events.append(_meta("process_sort_index", cpid, {"sort_index": cpid}))
-            by_tid: dict[int, list[Record]] = {}
-            for r in by_pid[pid]:
-                by_tid.setdefault(r.thread, []).append(r)
-            order = 0
-            for tid in sorted(by_tid):
-                recs = by_tid[tid]
-                ranges = [r for r in recs if isinstance(r, RangeRecord)]
-                tracks = nesting_tracks(ranges) or [[]]
-                for k, track in enumerate(tracks):
-                    if k == 0:
-                        out_tid, label = tid, f"thread {tid}"
-                        track_recs: list[Record] = [
-                            *track,
-                            *(r for r in recs if isinstance(r, InstantRecord)),
-                        ]
-                    else:
-                        extra += 1
-                        out_tid, label = extra, f"thread {tid} (overlap {k})"
-                        threads[f"{cpid}:{out_tid}"] = tid
-                        track_recs = list(track)
-                    order += 1
-                    events.append(_meta("thread_name", cpid, {"name": label}, out_tid))
-                    events.append(_meta("thread_sort_index", cpid, {"sort_index": order}, out_tid))
-                    events.extend(trace_event(r, cpid, origin, out_tid) for r in track_recs)
+            tracks = thread_tracks(by_pid[pid], trace.thread_names, extra + 1)
+            for order, track in enumerate(tracks, start=1):
+                if track.tid != track.thread:
+                    extra = track.tid
+                    threads[f"{cpid}:{track.tid}"] = track.thread
+                label = track.label
+                events.append(_meta("thread_name", cpid, {"name": label}, track.tid))
+                events.append(_meta("thread_sort_index", cpid, {"sort_index": order}, track.tid))
+                events.extend(trace_event(r, cpid, origin, track.tid) for r in track.records)
             if found and pid == min(by_pid):
                 extra += 1
                 events.append(_meta("thread_name", cpid, {"name": "steps"}, extra))

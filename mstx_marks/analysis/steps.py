@@ -6,8 +6,11 @@ A step comes from, in this order:
    ``StepOptions(name="train_step")``), compared by name or by the phase registry's fold;
 2. the steps the file itself lists: an Ascend database's ``STEP_TIME`` rows, or the steps our
    Chrome traces carry;
-3. the ranges named ``step`` (verl's trainer timer) or ``ProfilerStep`` (torch.profiler's
-   ``ProfilerStep#N``, read with ``args={"step": N}``).
+3. the ranges named ``step`` (verl's trainer timer), ``ProfilerStep`` (torch.profiler's
+   ``ProfilerStep#N``, read with ``args={"step": N}``), ``train_step``, ``training_step`` or
+   ``global_step`` (:data:`DEFAULT_STEP_NAMES`), so a loop marked ``train_step`` has steps with
+   no flag; of these, the first name in that order the trace has (a ``train_step`` inside
+   torch.profiler's ``ProfilerStep`` is not a second step).
 
 The **step key** (``--step-key``, default ``step``) is the ``args`` entry of a step range that
 numbers it: a global step, a weight version, a rollout id (``mark("train_step",
@@ -24,25 +27,29 @@ without the key, and every step of a file's own list, is numbered by its order (
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Iterable, NamedTuple
 
 from mstx_marks.base import phases
 from mstx_marks.base.records import STEP_PHASE, RangeRecord, RankTrace, Span
 
 __all__ = [
+    "DEFAULT_STEP_NAMES",
     "PROFILER_STEP",
     "Step",
     "StepOptions",
     "find_steps",
     "fold_name",
+    "merge_spans",
     "step_time_ns",
+    "step_windows",
     "union_ns",
 ]
 
 #: The name torch.profiler's ``ProfilerStep#N`` ranges are read under (``N`` in ``args["step"]``).
 PROFILER_STEP = "ProfilerStep"
-_DEFAULT_STEP_NAMES = (STEP_PHASE, PROFILER_STEP)
+#: The range names that are steps when no ``--step-name`` is given, the first present winning.
+DEFAULT_STEP_NAMES = (STEP_PHASE, PROFILER_STEP, "train_step", "training_step", "global_step")
 
 
 def fold_name(name: str) -> str:
@@ -64,16 +71,31 @@ class StepOptions:
 
     name: str | None = None
     key: str = "step"
+    #: With no ``name``: the one default step name to use (see :meth:`resolved`).
+    default: str | None = None
 
     def is_step(self, name: str, fold: Callable[[str], str] = fold_name) -> bool:
-        """Whether ranges called ``name`` are steps (for the default, ``step``/``ProfilerStep``).
+        """Whether ranges called ``name`` are steps (by default, :data:`DEFAULT_STEP_NAMES`).
 
         >>> StepOptions("train_step").is_step("train_step"), StepOptions().is_step("step")
         (True, True)
         """
         if self.name is None:
-            return name in _DEFAULT_STEP_NAMES
+            return name == self.default if self.default else name in DEFAULT_STEP_NAMES
         return name == self.name or fold(name) == fold(self.name)
+
+    def resolved(self, names: Iterable[str]) -> StepOptions:
+        """These options for a trace whose ranges have ``names``: with no step phase named, the
+        first of :data:`DEFAULT_STEP_NAMES` among them is the one.
+
+        >>> StepOptions().resolved(["train_step", "ProfilerStep", "gen"]).default
+        'ProfilerStep'
+        """
+        if self.name is not None or self.default is not None:
+            return self
+        present = set(names)
+        first = next((n for n in DEFAULT_STEP_NAMES if n in present), None)
+        return self if first is None else replace(self, default=first)
 
 
 class Step(NamedTuple):
@@ -138,12 +160,50 @@ def find_steps(
     options = options or StepOptions()
     if options.name is None and trace.steps:
         return steps_from_spans(trace.steps)
+    options = options.resolved(r.name for r in trace.records if isinstance(r, RangeRecord))
     chosen = [
         (r.start_ns, r.end_ns, dict(r.args) if r.args else None)
         for r in trace.records
         if isinstance(r, RangeRecord) and options.is_step(r.name, fold)
     ]
     return steps_from_ranges(chosen, options.key)
+
+
+def step_windows(
+    trace: RankTrace, options: StepOptions | None = None, fold: Callable[[str], str] = fold_name
+) -> list[Span]:
+    """The spans the steps of ``trace`` cover (what :func:`find_steps` counts as step time),
+    merged and sorted; empty when it has no steps.
+
+    >>> r = lambda s, e: RangeRecord("train_step", "default", s, e, 1, 1)
+    >>> step_windows(RankTrace(0, [r(0, 10), r(5, 12), r(20, 30)]))
+    [(0, 12), (20, 30)]
+    """
+    options = options or StepOptions()
+    if options.name is None and trace.steps:
+        return merge_spans(trace.steps)
+    options = options.resolved(r.name for r in trace.records if isinstance(r, RangeRecord))
+    return merge_spans(
+        (r.start_ns, r.end_ns)
+        for r in trace.records
+        if isinstance(r, RangeRecord) and options.is_step(r.name, fold)
+    )
+
+
+def merge_spans(spans: Iterable[Span]) -> list[Span]:
+    """``spans`` as sorted disjoint spans covering the same time.
+
+    >>> merge_spans([(5, 9), (0, 3), (2, 4)])
+    [(0, 4), (5, 9)]
+    """
+    out: list[Span] = []
+    for s, e in sorted(spans):
+        if out and s <= out[-1][1]:
+            if e > out[-1][1]:
+                out[-1] = (out[-1][0], e)
+        else:
+            out.append((s, e))
+    return out
 
 
 def step_time_ns(steps: list[Step], span: Span | None) -> int:

@@ -30,10 +30,11 @@ inside SQLite), so memory does not grow with the number of ranks; :func:`load_tr
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
-from typing import Callable, Sequence, TypeVar
+from typing import Any, Callable, Sequence, TypeVar
 
 from mstx_marks.analysis.aggregate import (
     PhaseSummary,
@@ -44,12 +45,12 @@ from mstx_marks.analysis.aggregate import (
     aggregate_trace,
     combine,
 )
-from mstx_marks.analysis.copies import Copy, pick_copies
+from mstx_marks.analysis.copies import Copy, pick_copies, pick_run
 from mstx_marks.analysis.readers import find_trace_files, part_of_file, read_trace_file
 from mstx_marks.analysis.readers.chrome_json import NothingToRead
 from mstx_marks.analysis.readers.pool import Progress, map_files
 from mstx_marks.analysis.steps import StepOptions, find_steps, fold_name
-from mstx_marks.analysis.summary_text import format_csv, format_json, format_table
+from mstx_marks.analysis.summary_text import format_csv, format_json, format_table, printable
 from mstx_marks.base.records import Member, RankTrace, TraceFileError
 
 __all__ = [
@@ -96,10 +97,14 @@ def _select(
     loaded: list[tuple[Path, list[Copy[T]]]],
     errors: list[str],
     notes: list[str],
+    run: str | None = None,
 ) -> dict[Member, list[Copy[T]]]:
-    """The copies to use, grouped by role, then rank (see :mod:`mstx_marks.analysis.copies`)."""
+    """The copies to use, of one run (the newest unless ``run`` says), grouped by role, then
+    rank (see :mod:`mstx_marks.analysis.copies`); what they lost goes to ``notes``."""
+    loaded = pick_run(loaded, run, errors, notes)
     chosen, more = pick_copies(loaded, errors)
     notes.extend(more)
+    notes.extend(_losses(chosen))
     if not chosen and not errors:
         errors.append(_no_traces(root))
     by_member: dict[Member, list[Copy[T]]] = {}
@@ -108,10 +113,45 @@ def _select(
     return dict(sorted(by_member.items()))
 
 
+def _losses(chosen: Sequence[Copy[T]]) -> list[str]:
+    """What the chosen copies say they lost: events the recorder dropped (its spill fell
+    behind), lines or events unreadable and skipped."""
+    notes = []
+    for c in chosen:
+        where = f"{Member(c.role, c.rank).label} ({_shown(c.source)})"
+        dropped, skipped = getattr(c.payload, "dropped", 0), getattr(c.payload, "skipped", 0)
+        if dropped:
+            notes.append(
+                f"{where}: the recorder dropped {dropped} events (full: its spill fell behind);"
+                " they are missing from the figures"
+            )
+        if skipped:
+            notes.append(
+                f"{where}: {skipped} unreadable lines or events skipped (torn by a crash or a"
+                " full disk, malformed, or ending before they start)"
+            )
+    return notes
+
+
+def _shown(path: Path | None) -> str:
+    """A file name as the terminal may show it: control characters escaped."""
+    return printable(str(path))
+
+
+def _thread_names(loaded: list[tuple[Path, list[Copy[RankTrace]]]]) -> dict[Any, dict[int, str]]:
+    """Thread names by rank and pid, from every copy read (the one used may have none)."""
+    named: dict[Any, dict[int, str]] = {}
+    for _, copies in loaded:
+        for c in copies:
+            if c.payload.thread_names and len(c.pids) == 1:
+                named.setdefault((c.rank, next(iter(c.pids))), {}).update(c.payload.thread_names)
+    return named
+
+
 def _trace_copy(t: RankTrace) -> Copy[RankTrace]:
     first = min((r.start_ns for r in t.records), default=None)
     pids = frozenset(r.pid for r in t.records)
-    return Copy(t.rank, pids, len(t.records), t.source, first, t.role, t)
+    return Copy(t.rank, pids, len(t.records), t.source, first, t.role, t, t.instance, t.run)
 
 
 def _joined(member: Member, group: Sequence[RankTrace]) -> RankTrace:
@@ -121,11 +161,11 @@ def _joined(member: Member, group: Sequence[RankTrace]) -> RankTrace:
         return group[0]
     records = sorted((r for t in group for r in t.records), key=lambda r: r.start_ns)
     steps = sorted({s for t in group for s in t.steps})
-    return RankTrace(member.rank, records, steps, group[0].source, member.role)
+    return RankTrace(member.rank, records, steps, group[0].source, member.role, group[0].run)
 
 
 def load_traces(
-    path: str | Path, steps: StepOptions | None = None
+    path: str | Path, steps: StepOptions | None = None, run: str | None = None
 ) -> tuple[list[RankTrace], list[str], list[str]]:
     """Read every trace under ``path``: ``(traces, errors, notes)``, one trace per role and
     rank (sorted so), every record in memory (for timelines; :func:`summarize_path` summarises
@@ -135,7 +175,7 @@ def load_traces(
     that cannot be listed is an error too. Several processes of one role and rank are summed as
     one; a process in several files is used once (:mod:`mstx_marks.analysis.copies`). With
     ``steps``, each trace's ``steps`` are the ones :func:`mstx_marks.analysis.steps.find_steps`
-    finds.
+    finds. ``run`` picks the run (an id, or ``"all"``; default the newest).
     """
     errors: list[str] = []
     notes: list[str] = []
@@ -149,16 +189,22 @@ def load_traces(
         except NothingToRead as e:
             notes.append(str(e))
         except TraceFileError as e:
-            errors.append(str(e))
+            errors.append(printable(str(e)))
+        except (MemoryError, RecursionError, ValueError, TypeError, OverflowError) as e:
+            errors.append(f"{_shown(file)}: could not be read ({type(e).__name__}: {e})")
     traces = []
-    for member, group in _select(root, loaded, errors, notes).items():
+    named = _thread_names(loaded)
+    for member, group in _select(root, loaded, errors, notes, run).items():
         for c in group:
             c.payload.role = c.role
         trace = _joined(member, [c.payload for c in group])
+        for pid in {r.pid for r in trace.records}:  # a database copy keeps no thread names
+            for tid, name in named.get((trace.rank, pid), {}).items():
+                trace.thread_names.setdefault(tid, name)
         if steps is not None:
             found = find_steps(trace, steps)
             spans = [(s.start_ns, s.end_ns) for s in found]
-            trace = RankTrace(trace.rank, trace.records, spans, trace.source, trace.role)
+            trace = dataclasses.replace(trace, steps=spans)
         traces.append(trace)
     return traces, errors, notes
 
@@ -174,21 +220,25 @@ def _part_job(item: tuple[Path, StepOptions]) -> _Result:
     except NothingToRead as e:
         return "note", str(e)
     except TraceFileError as e:
-        return "error", str(e)
+        return "error", printable(str(e))
     except Exception as e:  # never a traceback for one bad file: name it and read the rest
-        return "error", f"{path}: could not be read ({type(e).__name__}: {e})"
+        return "error", f"{_shown(path)}: could not be read ({type(e).__name__}: {e})"
 
 
-def _rank_job(item: tuple[Member, list[tuple[Path, frozenset[int]]], StepOptions]) -> _Result:
+def _rank_job(
+    item: tuple[Member, list[tuple[Path, tuple[frozenset[int], str]]], StepOptions],
+) -> _Result:
     """One role and rank whose processes are in several files, read again and summed exactly.
     (A copy may have its role from another copy of the process: the pids pick the copies.)"""
     member, files, steps = item
     try:
         group = [
             t
-            for path, pids in files
+            for path, who in files
             for t in read_trace_file(path)
-            if t.rank == member.rank and frozenset(r.pid for r in t.records) == pids
+            if t.rank == member.rank
+            and frozenset(r.pid for r in t.records) == who[0]
+            and t.instance in (who[1], "")
         ]
         for t in group:
             t.role = member.role
@@ -202,6 +252,7 @@ def summarize_path(
     steps: StepOptions | None = None,
     jobs: int | None = None,
     progress: bool = True,
+    run: str | None = None,
 ) -> Summary:
     """The summary of every trace under ``path``, streamed (``errors`` and ``notes`` filled).
 
@@ -228,18 +279,23 @@ def summarize_path(
             continue
         for p in value:
             budget.admit(p)
-        copies = [Copy(p.rank, p.pids, p.n_records, p.source, p.first_ns, p.role, p) for p in value]
+        copies = [
+            Copy(p.rank, p.pids, p.n_records, p.source, p.first_ns, p.role, p, p.instance, p.run)
+            for p in value
+        ]
         loaded.append((file, copies))
     loaded.sort(key=lambda item: item[0])  # workers finish in any order; choose as if in order
     errors.sort()
     parts: list[ProcessPart] = []
     again = []
-    for member, group in _select(root, loaded, errors, notes).items():
+    for member, group in _select(root, loaded, errors, notes, run).items():
         if len(group) == 1:
             group[0].payload.role = group[0].role
             parts.append(group[0].payload)
         else:
-            files_of_member = [(c.source, c.pids) for c in group if c.source is not None]
+            files_of_member = [
+                (c.source, (c.pids, c.instance)) for c in group if c.source is not None
+            ]
             again.append((member, files_of_member, steps))
     for _, (_status, value) in map_files(_rank_job, again, jobs):
         if isinstance(value, str):
@@ -273,26 +329,28 @@ def run_summary(
     trace: str | None = None,
     steps: StepOptions | None = None,
     jobs: int | None = None,
+    run: str | None = None,
 ) -> int:
     """Print the summary of the traces under ``path`` as ``fmt`` (table, csv, json); draw the
     timeline to ``svg``, write the HTML report to ``html`` and the merged job timeline (Chrome /
     Perfetto JSON) to ``trace``. Returns the exit code: 0, or 1 when a file or folder could not
     be read (the others are still summarised) or none was found, or 2 when an output file's
-    folder does not exist (checked first) or it cannot be written."""
+    folder does not exist (checked first) or it cannot be written. ``run``: which run of the
+    job (an id, or ``"all"``; default the newest, named when there are several)."""
     outputs = (("--svg", svg), ("--html", html), ("--trace", trace))
     if not all(_check_folder(flag, file) for flag, file in outputs):
         return 2
     traces: list[RankTrace] = []
     if svg or html or trace:  # pictures need every range: read them into memory
-        traces, errors, notes = load_traces(path)
+        traces, errors, notes = load_traces(path, run=run)
         summary = summarize(traces, steps=steps)
         summary.errors, summary.notes = errors, notes
     else:
-        summary = summarize_path(path, steps, jobs)
+        summary = summarize_path(path, steps, jobs, run=run)
     for note in summary.notes:
-        print(f"note: {note}", file=sys.stderr)
+        print(f"note: {printable(note)}", file=sys.stderr)
     for error in summary.errors:
-        print(f"error: {error}", file=sys.stderr)
+        print(f"error: {printable(error)}", file=sys.stderr)
     if not summary.step_time_ns:
         return 1
     if fmt == "csv":

@@ -35,6 +35,19 @@ def printable(name: str) -> str:
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in name)
 
 
+#: The widest a phase name is shown in the table (the JSON and CSV keep it whole).
+NAME_WIDTH = 80
+
+
+def cut(name: str, width: int = NAME_WIDTH) -> str:
+    """``name`` cut to ``width`` characters for the terminal, its end shown as ``...``.
+
+    >>> cut("x" * 100, 10)
+    'xxxxxxx...'
+    """
+    return name if len(name) <= width else name[: width - 3] + "..."
+
+
 def _ms(ns: float) -> str:
     return f"{ns / 1e6:.3f}"
 
@@ -46,7 +59,9 @@ def _share(share: float | None) -> str:
 def _steps_phrase(summary: Summary, member: Member) -> str:
     keys = summary.step_keys.get(member, [])
     count = summary.step_count[member]
-    text = f"rank {member.rank}: {count} steps"
+    if not count:  # the shares are then of the whole recorded span: say so
+        return f"rank {member.rank}: no steps, span {_ms(summary.step_time_ns[member])} ms"
+    text = f"rank {member.rank}: {_count(count, 'step')}"
     if keys:
         shown = ", ".join(printable(k) for k in keys[:4]) + (", ..." if len(keys) > 4 else "")
         text += f" ({shown})"
@@ -57,7 +72,9 @@ def _count(n: int, word: str) -> str:
     return f"{n} {word}" + ("" if n == 1 else "s")
 
 
-_HEAD = ("rank", "count", "total ms", "mean ms", "p50 ms", "p90 ms", "max ms", "step %")
+_HEAD = ("rank", "count", "total ms", "mean ms", "p50 ms", "p90 ms", "max ms", "step %", "self %")
+#: The row of step time no phase covers.
+UNMARKED = "(unmarked)"
 
 
 def _rows(phases: list[PhaseSummary], names: dict[str, str], width: int) -> tuple[list[str], bool]:
@@ -70,7 +87,7 @@ def _rows(phases: list[PhaseSummary], names: dict[str, str], width: int) -> tupl
             line = (
                 f"{label:<{width}} {rank:>4} {s.count:>6} "
                 + " ".join(f"{_ms(v):>10}" for v in nums)
-                + f" {_share(s.step_share):>7}"
+                + f" {_share(s.step_share):>7} {_share(s.self_share):>7}"
             )
             if rank == "all":
                 ratio = "-" if p.imbalance is None else f"{p.imbalance:.2f}"
@@ -80,6 +97,46 @@ def _rows(phases: list[PhaseSummary], names: dict[str, str], width: int) -> tupl
                     sketched = True
             lines.append(line.rstrip())
     return lines, sketched
+
+
+def _unmarked_rows(summary: Summary, members: list[Member], width: int) -> list[str]:
+    """The :data:`UNMARKED` row (``all`` and per rank): step time no phase covers."""
+    rows = [("all", members)] + [(str(m.rank), [m]) for m in members] * (len(members) > 1)
+    lines = []
+    for rank, ms in rows:
+        step = sum(summary.step_time_ns[m] for m in ms)
+        free = sum(summary.unmarked_ns.get(m, 0) for m in ms)
+        share = _share(free / step if step else None)
+        label = UNMARKED if rank == "all" else ""
+        lines.append(
+            f"{label:<{width}} {rank:>4} {'':>6} {_ms(free):>10} "
+            + " ".join(f"{'':>10}" for _ in range(4))
+            + f" {share:>7} {share:>7}"
+        )
+    return lines
+
+
+def _footnote(summary: Summary) -> list[str]:
+    """What the share columns mean, and why they add up beyond 100 % when they do."""
+    lines = [
+        "step %: inclusive (a phase nested in another counts in both, so the column may pass 100)",
+        "self %: exclusive (less the phases inside it on its thread); self % and (unmarked) add",
+        "  up to 100 % of step time when the phases run one at a time inside steps",
+    ]
+    for m in summary.members():
+        concurrent = summary.concurrent_ns.get(m, 0)
+        outside = summary.outside_ns.get(m, 0)
+        if concurrent or outside:
+            why = []
+            if concurrent:
+                why.append(
+                    f"{_ms(concurrent)} ms concurrent (ranges overlapping on other threads or"
+                    " as asyncio tasks on one thread: inclusive sums pass wall time)"
+                )
+            if outside:
+                why.append(f"{_ms(outside)} ms of phases outside steps")
+            lines.append(f"  {printable(m.label)}: beyond 100 % by " + " and ".join(why))
+    return lines
 
 
 def format_table(summary: Summary) -> str:
@@ -97,16 +154,16 @@ def format_table(summary: Summary) -> str:
     ...     print(line)
     2 roles, 2 processes: EngineCore_DP0 (1 rank), TaskRunner (1 rank)
     <BLANKLINE>
-    == EngineCore_DP0 == rank 0: 0 steps, 0.200 ms
+    == EngineCore_DP0 == rank 0: no steps, span 0.200 ms
     >>> [line for line in text.splitlines() if line.startswith("==")][1]
-    '== TaskRunner == rank 0: 1 steps, 1.000 ms'
+    '== TaskRunner == rank 0: 1 step, 1.000 ms'
     """
-    names = {p.name: printable(p.name) for p in summary.phases}
+    names = {p.name: cut(printable(p.name)) for p in summary.phases}
     width = max([len("phase"), *(len(n) for n in names.values())])
     header = (
         f"{'phase':<{width}} {_HEAD[0]:>4} {_HEAD[1]:>6} "
         + " ".join(f"{h:>10}" for h in _HEAD[2:7])
-        + f" {_HEAD[7]:>7}  imbalance (slowest rank)"
+        + f" {_HEAD[7]:>7} {_HEAD[8]:>7}  imbalance (slowest rank)"
     )
     roles = summary.roles
     if roles in ([], [""]):  # no process has a role: one table, as by rank alone
@@ -117,7 +174,7 @@ def format_table(summary: Summary) -> str:
             header,
         ]
         rows, sketched = _rows(summary.phases, names, width)
-        lines += rows
+        lines += rows + _unmarked_rows(summary, members, width)
     else:
         members = summary.members()
         lines = [
@@ -132,8 +189,9 @@ def format_table(summary: Summary) -> str:
             steps = ", ".join(_steps_phrase(summary, m) for m in summary.members(role))
             lines += ["", f"== {printable(role) or '(no role)'} == {steps}", header]
             rows, more = _rows(summary.phases_of(role), names, width)
-            lines += rows or ["(no ranges)"]
+            lines += rows + _unmarked_rows(summary, summary.members(role), width)
             sketched = sketched or more
+    lines += _footnote(summary)
     if sketched:
         lines.append(
             f"~ p50/p90 of this 'all' row are within {100 * RELATIVE_ERROR:g}% (merged "
@@ -175,6 +233,9 @@ def format_json(summary: Summary) -> dict[str, Any]:
                 "steps": summary.step_count[m],
                 "step_keys": summary.step_keys.get(m, []),
                 "step_time_ns": summary.step_time_ns[m],
+                "unmarked_ns": summary.unmarked_ns.get(m, 0),
+                "concurrent_ns": summary.concurrent_ns.get(m, 0),
+                "outside_steps_ns": summary.outside_ns.get(m, 0),
             }
             for m in summary.members()
         },
@@ -186,6 +247,7 @@ def format_json(summary: Summary) -> dict[str, Any]:
                 "ranks": {str(rank): asdict(s) for rank, s in p.per_rank.items()},
                 "imbalance": p.imbalance,
                 "slowest_rank": p.slowest_rank,
+                "is_step": p.is_step,
             }
             for p in summary.phases
         ],

@@ -34,6 +34,7 @@ __all__ = [
     "RANKS",
     "RECORD_CAPACITY",
     "ROLE",
+    "RUN",
     "SAMPLE",
     "VARIABLES",
     "Variable",
@@ -43,6 +44,7 @@ __all__ = [
     "off",
     "positive_int",
     "rank",
+    "run_id",
     "text",
 ]
 
@@ -67,6 +69,7 @@ INSTRUMENT = "MSTX_MARKS_INSTRUMENT"
 SAMPLE = "MSTX_MARKS_SAMPLE"
 CAPTURE = "MSTX_MARKS_CAPTURE"
 ROLE = "MSTX_MARKS_ROLE"
+RUN = "MSTX_MARKS_RUN"
 
 VARIABLES: tuple[Variable, ...] = (
     Variable(BACKEND, "auto, mstx, nvtx, torch, record, noop", "where ranges go (default auto)"),
@@ -111,6 +114,11 @@ VARIABLES: tuple[Variable, ...] = (
         "start a scheduled profiler around a named loop (`mstx-marks recipes`)",
     ),
     Variable(ROLE, "a word, e.g. `rollout`", "the process's role in file names and reports"),
+    Variable(
+        RUN,
+        "a word (set by the launcher or the job's first process)",
+        "the run id every process of one run of the job shares; `summary` reads the newest run",
+    ),
 )
 
 
@@ -158,15 +166,40 @@ def positive_int(name: str, default: int) -> int:
     raw = text(name)
     if raw is None:
         return default
-    if raw.isdigit() and int(raw) >= 1:
+    # str.isdigit() is True for '²', which int() refuses: ASCII digits only.
+    if raw.isascii() and raw.isdigit() and int(raw) >= 1:
         return int(raw)
     warn_once((name, raw), f"ignoring {name}={raw!r}: expected an int >= 1; using {default}")
     return default
 
 
+def run_id() -> str:
+    """The id of this run of the job: ``MSTX_MARKS_RUN`` when set (the launcher, or the job's
+    first process, sets it), else a new one (time first, so ids sort by start) put in the
+    environment, so every process this one starts from now on shares it.
+
+    >>> import os
+    >>> os.environ["MSTX_MARKS_RUN"] = "20250101-000000-ab12"
+    >>> run_id()
+    '20250101-000000-ab12'
+    >>> del os.environ["MSTX_MARKS_RUN"]
+    """
+    raw = text(RUN)
+    if raw is not None:
+        cleaned = "".join(c if c.isascii() and (c.isalnum() or c in "_.-") else "_" for c in raw)
+        return cleaned[:64]
+    import secrets
+    import time
+
+    new = time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3)
+    os.environ[RUN] = new
+    return new
+
+
 def any_set() -> bool:
     """Whether any ``MSTX_MARKS_*`` variable is set: with none, the library changes nothing."""
-    return any(k.startswith("MSTX_MARKS_") for k in os.environ)
+    # The run id alone (which a process sets for its children) asks for nothing.
+    return any(k.startswith("MSTX_MARKS_") and k != RUN for k in os.environ)
 
 
 def rank() -> int:

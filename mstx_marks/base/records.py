@@ -16,9 +16,11 @@ no end at all. ``kind`` tells the two apart without an ``isinstance``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import json
+import math
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterable, List, Literal, Mapping, NamedTuple, Optional, Tuple, Union
+from typing import Any, Dict, Iterable, List, Literal, Mapping, NamedTuple, Optional, Tuple, Union
 
 __all__ = [
     "STEP_PHASE",
@@ -29,6 +31,7 @@ __all__ = [
     "Record",
     "Span",
     "TraceFileError",
+    "plain_args",
     "step_spans",
 ]
 
@@ -131,6 +134,19 @@ class RankTrace:
     steps: List[Span] = field(default_factory=list)
     source: Optional[Path] = None
     role: str = ""
+    #: The run of the job this trace belongs to (``""``: not known, a foreign file).
+    run: str = ""
+    #: Tells apart two processes with the same host and pid (containers with their own pid
+    #: namespaces sharing a folder); the same in every file one process writes.
+    instance: str = ""
+    #: Events the recorder dropped because it was full (the spill fell behind).
+    dropped: int = 0
+    #: Lines or events of the file that could not be read and were skipped (torn, malformed).
+    skipped: int = 0
+    #: False when the file ends without its writer's final write (a killed process).
+    complete: bool = True
+    #: Python thread names by thread id, where known (a Chrome trace's ``thread_name``).
+    thread_names: Dict[int, str] = field(default_factory=dict)
 
     @property
     def member(self) -> Member:
@@ -160,7 +176,7 @@ class RankTrace:
         """This trace, with ``steps`` derived from its ``step`` ranges when none were given."""
         if self.steps:
             return self
-        return RankTrace(self.rank, self.records, step_spans(self.records), self.source, self.role)
+        return replace(self, steps=step_spans(self.records))
 
 
 def step_spans(records: Iterable[Record], step_name: str = STEP_PHASE) -> list[Span]:
@@ -174,3 +190,60 @@ def step_spans(records: Iterable[Record], step_name: str = STEP_PHASE) -> list[S
         for r in records
         if isinstance(r, RangeRecord) and r.name == step_name
     )
+
+
+#: The longest text a value is cut to when its ``str()`` stands for it.
+_MAX_TEXT = 4096
+
+
+def plain_args(args: Mapping[Any, Any] | None) -> dict[str, Any] | None:
+    """``args`` as JSON holds them: keys as text, values JSON cannot hold (a tuple key, a set,
+    a circular dict, NaN, an object) as their ``str()``, and a value whose ``str()`` raises as
+    ``<unprintable TYPE>``. Never raises.
+
+    >>> plain_args({("a", 1): {1, 2}, "x": float("nan"), "ok": [1, "b"]})
+    {"('a', 1)": '{1, 2}', 'x': 'nan', 'ok': [1, 'b']}
+    """
+    if not args:
+        return None
+    try:
+        json.dumps(args, allow_nan=False)
+        if all(type(k) is str for k in args):
+            return dict(args)
+    except (TypeError, ValueError, RecursionError):
+        pass
+    except Exception:
+        pass
+    try:
+        items = list(args.items())
+    except Exception:
+        return {"args": _text(args)}
+    return {_text(k): _plain(v, 0, set()) for k, v in items}
+
+
+def _text(value: Any) -> str:
+    if type(value) is str:
+        return value
+    try:
+        text = str(value)
+    except Exception:
+        return f"<unprintable {type(value).__name__}>"
+    return text if len(text) <= _MAX_TEXT else text[:_MAX_TEXT] + "..."
+
+
+def _plain(value: Any, depth: int, seen: set[int]) -> Any:
+    if value is None or type(value) in (str, bool, int):
+        return value
+    if type(value) is float:
+        return value if math.isfinite(value) else str(value)
+    if depth > 20:
+        return "<too deep>"
+    if id(value) in seen:
+        return "<cycle>"
+    if type(value) is dict:
+        seen = seen | {id(value)}
+        return {_text(k): _plain(v, depth + 1, seen) for k, v in value.items()}
+    if type(value) in (list, tuple):
+        seen = seen | {id(value)}
+        return [_plain(v, depth + 1, seen) for v in value]
+    return _text(value)

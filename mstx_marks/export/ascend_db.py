@@ -55,7 +55,14 @@ from pathlib import Path
 from time import monotonic_ns, time_ns
 from typing import Any
 
-from mstx_marks.base.records import InstantRecord, RangeRecord, RankTrace, Record, TraceFileError
+from mstx_marks.base.records import (
+    InstantRecord,
+    RangeRecord,
+    RankTrace,
+    Record,
+    TraceFileError,
+    plain_args,
+)
 from mstx_marks.export.files import atomic_path, atomic_write_bytes
 
 __all__ = [
@@ -103,6 +110,7 @@ CREATE TABLE SESSION_TIME_INFO (startTimeNs INTEGER, endTimeNs INTEGER);
 CREATE TABLE META_DATA (name TEXT, value TEXT);
 CREATE TABLE RANK_DEVICE_MAP (rankId INTEGER, deviceId INTEGER);
 CREATE TABLE HOST_INFO (hostUid TEXT, hostName TEXT);
+CREATE TABLE MSTX_ARGS (eventId INTEGER PRIMARY KEY, args TEXT);
 """
 _SCHEMA_VERSION = (("SCHEMA_VERSION_MAJOR", "1"), ("SCHEMA_VERSION_MINOR", "0"),
                    ("SCHEMA_VERSION_MICRO", "0"), ("SCHEMA_VERSION", "1.0.0"))  # fmt: skip
@@ -184,9 +192,15 @@ def _storable(text: str) -> str:
     return _SURROGATE.sub("\ufffd", text)
 
 
-def _rows(trace: RankTrace, ids: dict[str, int], span: list[int]) -> Iterator[tuple[object, ...]]:
+def _rows(
+    trace: RankTrace,
+    ids: dict[str, int],
+    span: list[int],
+    with_args: list[tuple[int, str]],
+) -> Iterator[tuple[object, ...]]:
     """The ``MSTX_EVENTS`` rows, made as SQLite takes them (a generator: no second copy of the
-    trace in memory); fills ``ids`` (the strings) and ``span`` (first and last time) as it goes."""
+    trace in memory); fills ``ids`` (the strings), ``span`` (first and last time) and
+    ``with_args`` (event id, the user's args as JSON) as it goes."""
     tids: dict[tuple[int, int], int] = {}
     low, high = span
     for event_id, rec in enumerate(trace.records, start=1):
@@ -205,8 +219,17 @@ def _rows(trace: RankTrace, ids: dict[str, int], span: list[int]) -> Iterator[tu
             low = start
         if end > high:
             high = end
+        if rec.args:
+            with_args.append((event_id, _storable(_args_json(rec.args))))
         yield (start, end, kind, event_id, None, msg, tid, tid, dom, event_id)
     span[:] = [low, high]
+
+
+def _args_json(args: Mapping[str, Any]) -> str:
+    try:
+        return json.dumps(plain_args(args), ensure_ascii=False, default=str)
+    except Exception:
+        return "{}"
 
 
 def write_ascend_db(
@@ -224,11 +247,15 @@ def write_ascend_db(
     steps = trace.with_steps().steps
     meta = {
         **({"role": trace.role} if trace.role else {}),
+        **({"mstx_marks_run": trace.run} if trace.run else {}),
+        **({"mstx_marks_instance": trace.instance} if trace.instance else {}),
+        **({"mstx_marks_dropped": trace.dropped} if trace.dropped else {}),
         **process_metadata(),
         **(metadata or {}),
     }
     ids: dict[str, int] = {}
     bounds = [2**63 - 1, 0]
+    with_args: list[tuple[int, str]] = []
     with atomic_path(path) as tmp, closing(sqlite3.connect(tmp)) as db:
         # A fresh file renamed into place when complete: SQLite's journal and syncs protect
         # nothing here, and cost most of the write (and a -journal file if killed midway).
@@ -236,8 +263,10 @@ def write_ascend_db(
         db.execute("PRAGMA synchronous=OFF")
         db.executescript(_SCHEMA)
         db.executemany(
-            "INSERT INTO MSTX_EVENTS VALUES (?,?,?,?,?,?,?,?,?,?)", _rows(trace, ids, bounds)
+            "INSERT INTO MSTX_EVENTS VALUES (?,?,?,?,?,?,?,?,?,?)",
+            _rows(trace, ids, bounds, with_args),
         )
+        db.executemany("INSERT INTO MSTX_ARGS VALUES (?, ?)", with_args)
         strings = [(i, _storable(s)) for s, i in ids.items()]
         db.executemany("INSERT INTO STRING_IDS VALUES (?, ?)", strings)
         now = time_ns()
@@ -304,13 +333,38 @@ def rank_of_db(path: Path) -> int:
 
 
 _EVENTS_QUERY = """
-SELECT e.startNs, e.endNs, e.eventType, m.value, d.value, e.globalTid
+SELECT e.startNs, e.endNs, e.eventType, m.value, d.value, e.globalTid, {args}
 FROM MSTX_EVENTS e
 LEFT JOIN STRING_IDS m ON e.message = m.id
 LEFT JOIN STRING_IDS d ON e.domainId = d.id
+{join}
 WHERE e.eventType IN (?, ?, ?, ?)
 ORDER BY e.startNs
 """
+
+
+def db_meta(db: sqlite3.Connection, tables: set[str], name: str) -> Any:
+    """The JSON value ``META_DATA`` holds under ``name`` (None when none or unreadable)."""
+    if "META_DATA" not in tables:
+        return None
+    try:
+        row = db.execute("SELECT value FROM META_DATA WHERE name = ? LIMIT 1", (name,)).fetchone()
+        return json.loads(row[0]) if row and row[0] is not None else None
+    except (sqlite3.Error, ValueError, TypeError):
+        return None
+
+
+def db_process(db: sqlite3.Connection, tables: set[str], trace: RankTrace) -> RankTrace:
+    """``trace`` with the run, instance and dropped count our database keeps in ``META_DATA``."""
+    run, instance = (
+        db_meta(db, tables, "mstx_marks_run"),
+        db_meta(db, tables, "mstx_marks_instance"),
+    )
+    dropped = db_meta(db, tables, "mstx_marks_dropped")
+    trace.run = run if isinstance(run, str) else ""
+    trace.instance = instance if isinstance(instance, str) else ""
+    trace.dropped = dropped if type(dropped) is int and dropped > 0 else 0
+    return trace
 
 
 def db_role(db: sqlite3.Connection, tables: set[str]) -> str:
@@ -344,7 +398,13 @@ def read_ascend_db(path: str | Path) -> RankTrace:
             if missing:
                 raise TraceFileError(path, f"has no {' or '.join(sorted(missing))} table")
             kinds = (EVENT_MARKER, EVENT_PUSH_POP, EVENT_RANGE, EVENT_INSTANT)
-            rows = db.execute(_EVENTS_QUERY, kinds).fetchall()
+            if "MSTX_ARGS" in tables:
+                query = _EVENTS_QUERY.format(
+                    args="a.args", join="LEFT JOIN MSTX_ARGS a ON a.eventId = e.rangeId"
+                )
+            else:
+                query = _EVENTS_QUERY.format(args="NULL", join="")
+            rows = db.execute(query, kinds).fetchall()
             steps = []
             if "STEP_TIME" in tables:
                 query = (
@@ -353,6 +413,7 @@ def read_ascend_db(path: str | Path) -> RankTrace:
                 )
                 steps = [(int(s), int(e)) for s, e in db.execute(query)]
             role = db_role(db, tables)
+            about = db_process(db, tables, RankTrace(0, []))
     except TraceFileError:
         raise
     except (TypeError, ValueError, OverflowError) as e:
@@ -360,19 +421,37 @@ def read_ascend_db(path: str | Path) -> RankTrace:
     except sqlite3.Error as e:
         raise TraceFileError(path, f"is not a readable profiler database ({e})") from e
     records: list[Record] = []
+    skipped = 0
     try:
-        for start, end, kind, name, domain, gtid in rows:
+        for start, end, kind, name, domain, gtid, args_text in rows:
             instant = kind in (EVENT_INSTANT, EVENT_MARKER)
             if start is None or (not instant and end is None):
                 continue
+            args = _loads_args(args_text)
             gtid = int(gtid or 0)
             name = name if name is not None else "<unnamed>"
             domain = domain or "default"
             tid, pid = gtid & 0xFFFFFFFF, gtid >> 32
             if instant:
-                records.append(InstantRecord(name, domain, int(start), tid, pid))
+                records.append(InstantRecord(name, domain, int(start), tid, pid, args))
+            elif int(end) >= int(start):
+                records.append(
+                    RangeRecord(name, domain, int(start), int(end), tid, pid, False, args)
+                )
             else:
-                records.append(RangeRecord(name, domain, int(start), int(end), tid, pid))
+                skipped += 1  # ends before it starts: not a duration
     except (TypeError, ValueError, OverflowError) as e:
         raise TraceFileError(path, f"has a malformed MSTX_EVENTS row ({e})") from e
-    return RankTrace(rank_of_db(path), records, steps, path, role)
+    trace = RankTrace(rank_of_db(path), records, steps, path, role, skipped=skipped)
+    trace.run, trace.instance, trace.dropped = about.run, about.instance, about.dropped
+    return trace
+
+
+def _loads_args(text: Any) -> dict[str, Any] | None:
+    if not isinstance(text, str):
+        return None
+    try:
+        args = json.loads(text)
+    except ValueError:
+        return None
+    return args if isinstance(args, dict) and args else None

@@ -2,7 +2,17 @@
 
 Ranges become complete events (``"ph": "X"``), instants become thread-scoped instant events
 (``"ph": "i"``). Each rank is one process (``pid`` = rank, named ``rank N``), threads keep their
-native ids, and the domain goes in ``cat`` and ``args.domain``. What the user attached to a range
+native ids and are named (``thread_name``: the Python thread's name when known, see
+:attr:`RankTrace.thread_names <mstx_marks.base.records.RankTrace.thread_names>`, else
+``thread T``), and the domain goes in ``cat`` and ``args.domain``.
+
+Chrome and Perfetto nest the complete events of one thread by time, so ranges that overlap
+without nesting (asyncio tasks gathered on one thread) would be drawn inside each other:
+:func:`thread_tracks` splits such a thread into tracks in each of which ranges nest properly,
+the extra ones named ``<thread> (overlap K)``, given thread ids from :data:`OVERLAP_TID` up and
+listed in ``otherData.threads`` (``"pid:tid"`` to the real thread), so that
+:func:`read_chrome_trace` reads them back onto their thread. The per-rank traces and the merged
+job timeline (:mod:`mstx_marks.analysis.merge`) both use it. What the user attached to a range
 (``mark(name, args={...})``) goes in the event's ``args`` beside ``domain`` (and ``open``); should
 one of the user's keys be ``domain``, ``open`` or ``args``, the user's whole mapping goes under
 ``args.args`` instead, so nothing is overwritten and :func:`read_chrome_trace` gives it back.
@@ -29,23 +39,32 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import stat
+import threading
 import time
+import zlib
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
 from mstx_marks.base.records import InstantRecord, RangeRecord, RankTrace, Record, TraceFileError
 from mstx_marks.export.files import atomic_path
 
 __all__ = [
     "GENERATOR",
+    "OVERLAP_TID",
     "RESERVED_ARGS",
+    "ThreadTrack",
     "chrome_trace",
     "dumps",
     "event_args",
     "is_ours",
+    "live_thread_names",
     "load_trace_json",
+    "nesting_tracks",
     "read_chrome_doc",
     "read_chrome_trace",
+    "thread_label",
+    "thread_tracks",
     "trace_event",
     "trace_us",
     "user_args",
@@ -125,6 +144,141 @@ def trace_event(rec: Record, pid: int, origin_ns: int, tid: int | None = None) -
     return ev
 
 
+#: Tracks split off a thread (ranges overlapping without nesting) get thread ids from here up,
+#: far above any real one.
+OVERLAP_TID = 1 << 40
+
+
+def nesting_tracks(ranges: Sequence[RangeRecord]) -> list[list[RangeRecord]]:
+    """``ranges`` split into tracks in each of which every two ranges nest or do not overlap;
+    each range goes to the first track it fits.
+
+    >>> r = lambda s, e: RangeRecord("x", "d", s, e, 1, 1)
+    >>> [[x.start_ns for x in t] for t in nesting_tracks([r(0, 10), r(2, 5), r(4, 12)])]
+    [[0, 2], [4]]
+    """
+    tracks: list[list[RangeRecord]] = []
+    stacks: list[list[int]] = []  # per track, the ends of the ranges still open at this start
+    for r in sorted(ranges, key=lambda r: (r.start_ns, -r.end_ns)):
+        for track, stack in zip(tracks, stacks):
+            while stack and stack[-1] <= r.start_ns:
+                stack.pop()
+            if not stack or r.end_ns <= stack[-1]:
+                track.append(r)
+                stack.append(r.end_ns)
+                break
+        else:
+            tracks.append([r])
+            stacks.append([r.end_ns])
+    return tracks
+
+
+class ThreadTrack(NamedTuple):
+    """One Chrome thread track: its ``tid`` in the file, the ``thread`` it belongs to, its
+    ``label`` (``thread_name``) and its records (the first track of a thread has its instants)."""
+
+    tid: int
+    thread: int
+    label: str
+    records: list[Record]
+
+
+def thread_label(thread: int, names: Mapping[int, str] | None = None) -> str:
+    """What a thread is called: its Python name when known, else ``thread T``.
+
+    >>> thread_label(7, {7: "MainThread"}), thread_label(8, {7: "MainThread"})
+    ('MainThread', 'thread 8')
+    """
+    name = (names or {}).get(thread)
+    return name if name else f"thread {thread}"
+
+
+def thread_tracks(
+    records: Iterable[Record], names: Mapping[int, str] | None = None, next_tid: int = OVERLAP_TID
+) -> list[ThreadTrack]:
+    """``records`` (of one Chrome process) as thread tracks, by thread id: each thread's ranges
+    split by :func:`nesting_tracks`, the tracks past the first given ids from ``next_tid`` up.
+
+    >>> r = lambda s, e: RangeRecord("gen", "d", s, e, 5, 1)
+    >>> [(t.tid, t.label, len(t.records)) for t in thread_tracks([r(0, 10), r(5, 15)])]
+    [(5, 'thread 5', 1), (1099511627776, 'thread 5 (overlap 1)', 1)]
+    """
+    by_tid: dict[int, list[Record]] = {}
+    for r in records:
+        by_tid.setdefault(r.thread, []).append(r)
+    out = []
+    for tid in sorted(by_tid):
+        recs = by_tid[tid]
+        ranges = [r for r in recs if isinstance(r, RangeRecord)]
+        tracks = nesting_tracks(ranges) if _overlaps(ranges) else [ranges]
+        label = thread_label(tid, names)
+        for k, track in enumerate(tracks):
+            if k == 0:
+                marks = [r for r in recs if not isinstance(r, RangeRecord)]
+                out.append(ThreadTrack(tid, tid, label, [*track, *marks]))
+            else:
+                out.append(ThreadTrack(next_tid, tid, f"{label} (overlap {k})", list(track)))
+                next_tid += 1
+    return out
+
+
+def _overlaps(ranges: Sequence[RangeRecord]) -> bool:
+    """Whether two of ``ranges`` overlap without nesting (one pass, no sort when in order)."""
+    ordered = ranges
+    if any(a.start_ns > b.start_ns for a, b in zip(ranges, ranges[1:])):
+        ordered = sorted(ranges, key=lambda r: (r.start_ns, -r.end_ns))
+    ends: list[int] = []
+    for r in ordered:
+        while ends and ends[-1] <= r.start_ns:
+            ends.pop()
+        if ends and r.end_ns > ends[-1]:
+            return True
+        ends.append(r.end_ns)
+    return False
+
+
+def live_thread_names(pid: int) -> dict[int, str]:
+    """The names of this process's live threads by native id, when ``pid`` is this process
+    (a trace written by the process that recorded it); else none.
+
+    >>> live_thread_names(os.getpid())[threading.get_native_id()]
+    'MainThread'
+    """
+    if pid != os.getpid():
+        return {}
+    return {t.native_id: t.name for t in threading.enumerate() if t.native_id is not None}
+
+
+def _names_of(t: RankTrace) -> dict[int, str]:
+    """The thread names of ``t``: those it carries, and its own live threads' when it is this
+    process's trace."""
+    names = dict(t.thread_names)
+    me = os.getpid()
+    if any(r.pid == me for r in t.records):
+        for tid, name in live_thread_names(me).items():
+            names.setdefault(tid, name)
+    return names
+
+
+def _thread_events(rank: int, tracks: Sequence[ThreadTrack]) -> list[dict[str, Any]]:
+    """The metadata events that name and order a rank's thread tracks."""
+    events: list[dict[str, Any]] = []
+    for order, t in enumerate(tracks, start=1):
+        events.append(
+            {"ph": "M", "name": "thread_name", "pid": rank, "tid": t.tid, "args": {"name": t.label}}
+        )
+        events.append(
+            {"ph": "M", "name": "thread_sort_index", "pid": rank, "tid": t.tid,
+             "args": {"sort_index": order}}
+        )  # fmt: skip
+    return events
+
+
+def _split(tracks: Sequence[ThreadTrack], rank: int) -> dict[str, int]:
+    """``otherData.threads`` of split tracks: ``"pid:tid"`` to the real thread."""
+    return {f"{rank}:{t.tid}": t.thread for t in tracks if t.tid != t.thread}
+
+
 def _process_events(t: RankTrace) -> list[dict[str, Any]]:
     """The metadata events that name and order a rank's process."""
     return [
@@ -133,17 +287,30 @@ def _process_events(t: RankTrace) -> list[dict[str, Any]]:
     ]
 
 
-def _other_data(traces: list[RankTrace], origin: int) -> dict[str, Any]:
-    ranks = {
-        str(t.rank): {
-            "pids": sorted({r.pid for r in t.records}),
-            "steps": [[s, e] for s, e in t.steps],
-            "role": t.role,
-        }
-        for t in traces
-    }
+def _process_info(t: RankTrace) -> dict[str, Any]:
+    """What a trace says of its process beyond rank and role, when it says anything: its run,
+    its instance (two processes with one host and pid), the events its recorder dropped."""
+    info: dict[str, Any] = {}
+    if t.run:
+        info["run"] = t.run
+    if t.instance:
+        info["instance"] = t.instance
+    if t.dropped:
+        info["dropped"] = t.dropped
+    return info
+
+
+def _other_data(
+    traces: list[RankTrace], origin: int, threads: dict[str, int] | None = None
+) -> dict[str, Any]:
+    ranks = {str(t.rank): {**_process_info(t), "pids": sorted({r.pid for r in t.records}),
+                           "steps": [[s, e] for s, e in t.steps], "role": t.role}
+             for t in traces}  # fmt: skip
     clock = {"wall_ns": time.time_ns(), "mono_ns": time.monotonic_ns()}
-    return {"generator": GENERATOR, "origin_ns": origin, "ranks": ranks, "clock": clock}
+    other = {"generator": GENERATOR, "origin_ns": origin, "ranks": ranks, "clock": clock}
+    if threads:
+        other["threads"] = threads
+    return other
 
 
 def chrome_trace(traces: Iterable[RankTrace], origin_ns: int | None = None) -> dict[str, Any]:
@@ -154,13 +321,17 @@ def chrome_trace(traces: Iterable[RankTrace], origin_ns: int | None = None) -> d
     traces = list(traces)
     origin = _default_origin(traces) if origin_ns is None else origin_ns
     events: list[dict[str, Any]] = []
+    threads: dict[str, int] = {}
     for t in traces:
-        events += _process_events(t)
-        events.extend(trace_event(rec, t.rank, origin) for rec in t.records)
+        tracks = thread_tracks(t.records, _names_of(t))
+        threads.update(_split(tracks, t.rank))
+        events += _process_events(t) + _thread_events(t.rank, tracks)
+        for track in tracks:
+            events.extend(trace_event(rec, t.rank, origin, track.tid) for rec in track.records)
     return {
         "traceEvents": events,
         "displayTimeUnit": "ms",
-        "otherData": _other_data(traces, origin),
+        "otherData": _other_data(traces, origin, threads),
     }
 
 
@@ -176,17 +347,25 @@ def write_chrome_trace(
     traces = list(traces)
     origin = _default_origin(traces) if origin_ns is None else origin_ns
     quoted: dict[tuple[str, str], tuple[str, str]] = {}
+    threads: dict[str, int] = {}
     with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
         f.write('{"traceEvents":[')
         sep = ""
         for t in traces:
-            f.write(sep + ",".join(dumps(ev) for ev in _process_events(t)))
+            tracks = thread_tracks(t.records, _names_of(t))
+            threads.update(_split(tracks, t.rank))
+            meta = _process_events(t) + _thread_events(t.rank, tracks)
+            f.write(sep + ",".join(dumps(ev) for ev in meta))
             sep = ","
-            records = t.records
-            for lo in range(0, len(records), 4096):
-                batch = records[lo : lo + 4096]
-                f.write("," + ",".join(_event_json(r, t.rank, origin, quoted) for r in batch))
-        tail = {"displayTimeUnit": "ms", "otherData": _other_data(traces, origin)}
+            for track in tracks:
+                records = track.records
+                for lo in range(0, len(records), 4096):
+                    batch = records[lo : lo + 4096]
+                    f.write(
+                        ","
+                        + ",".join(_event_json(r, t.rank, origin, quoted, track.tid) for r in batch)
+                    )
+        tail = {"displayTimeUnit": "ms", "otherData": _other_data(traces, origin, threads)}
         f.write("]," + dumps(tail)[1:])
         f.flush()
         os.fsync(f.fileno())
@@ -194,19 +373,23 @@ def write_chrome_trace(
 
 
 def _event_json(
-    rec: Record, rank: int, origin: int, quoted: dict[tuple[str, str], tuple[str, str]]
+    rec: Record,
+    rank: int,
+    origin: int,
+    quoted: dict[tuple[str, str], tuple[str, str]],
+    tid: int | None = None,
 ) -> str:
     """``dumps(trace_event(rec, rank, origin))``, made directly for the usual event (no user args,
     not open): the one the exporter writes a million times."""
     if rec.args or getattr(rec, "open", False):
-        return dumps(trace_event(rec, rank, origin))
+        return dumps(trace_event(rec, rank, origin, tid))
     pair = quoted.get((rec.name, rec.domain))
     if pair is None:
         pair = quoted[(rec.name, rec.domain)] = (json.dumps(rec.name), json.dumps(rec.domain))
     name, cat = pair
     head = (
         f'{{"name":{name},"cat":{cat},"ts":{trace_us(rec.start_ns - origin)!r},"pid":{rank},'
-        f'"tid":{rec.thread},"args":{{"domain":{cat}}},'
+        f'"tid":{rec.thread if tid is None else tid},"args":{{"domain":{cat}}},'
     )
     if type(rec) is InstantRecord:
         return head + '"ph":"i","s":"t"}'
@@ -226,16 +409,42 @@ def load_trace_json(path: str | Path) -> Any:
     """
     path = Path(path)
     try:
-        raw = path.read_bytes()
-        if path.name.endswith(".gz"):
-            raw = gzip.decompress(raw)
+        raw = _read_bounded(path)
         return json.loads(raw)
-    except OSError as e:
-        raise TraceFileError(path, f"cannot be read ({e.strerror or e})") from e
+    except TraceFileError:
+        raise
+    except (OSError, zlib.error) as e:
+        why = getattr(e, "strerror", None) or e
+        raise TraceFileError(path, f"cannot be read ({why})") from e
     except (UnicodeDecodeError, json.JSONDecodeError, EOFError) as e:
         raise TraceFileError(path, f"is not valid JSON (truncated or corrupt?): {e}") from e
+    except MemoryError:
+        raise TraceFileError(path, "is too large to read in the memory here") from None
     except RecursionError:
         raise TraceFileError(path, "is JSON nested too deeply to be a trace") from None
+
+
+#: The most JSON text one trace file may hold here (after gunzip): its parse takes a few times
+#: this in memory, so a reader stays within about a gigabyte whatever the file.
+MAX_JSON_BYTES = 192 << 20
+
+
+def _read_bounded(path: Path) -> bytes:
+    """The file's bytes (gunzipped for ``.gz``), refused past :data:`MAX_JSON_BYTES` (a gzip
+    that inflates to gigabytes is stopped there) and when it is not a regular file (a FIFO)."""
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(path, flags)
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise TraceFileError(path, "is not a regular file; not read")
+        os.set_blocking(fd, True)
+        source: Any = gzip.GzipFile(fileobj=f) if path.name.endswith(".gz") else f
+        raw = source.read(MAX_JSON_BYTES + 1)
+    if len(raw) > MAX_JSON_BYTES:
+        raise TraceFileError(
+            path, f"holds more than {MAX_JSON_BYTES >> 20} MB of JSON, more than is read here"
+        )
+    return bytes(raw)
 
 
 def is_ours(doc: Any) -> bool:
@@ -268,6 +477,54 @@ def read_chrome_trace(path: str | Path) -> list[RankTrace]:
     return read_chrome_doc(path, _load(path))
 
 
+_INT64 = 1 << 63
+
+
+def _checked_int(value: Any) -> int:
+    """An int64 from a JSON value: NaN, infinities, strings that are not ints and values past
+    int64 raise ValueError."""
+    if isinstance(value, float) and not value.is_integer():
+        raise ValueError(f"not an int: {value!r}")
+    number = int(value)
+    if not -_INT64 <= number < _INT64:
+        raise ValueError("past int64")
+    return number
+
+
+def _record(
+    ev: Any, origin: int, processes: dict[str, Any], threads: dict[str, Any]
+) -> tuple[Record | None, int]:
+    """One event of our trace as a record (None: not a record), and its Chrome pid."""
+    ph = ev.get("ph")
+    if ph not in ("X", "i") or ev.get("cat") == _STEP_CATEGORY:
+        return None, 0
+    cpid = _checked_int(ev["pid"])
+    pid = _checked_int(processes.get(str(cpid), {}).get("pid", 0))
+    start = _checked_int(origin + _ns(ev["ts"]))
+    args = ev.get("args", {})
+    domain = str(args.get("domain", ev.get("cat", "default")))
+    name = str(ev["name"])
+    tid = _checked_int(threads.get(f"{cpid}:{ev['tid']}", ev["tid"]))
+    attached = user_args(args)
+    if ph == "X":
+        end, is_open = _checked_int(start + _ns(ev["dur"])), bool(args.get("open", False))
+        if end < start:
+            raise ValueError("ends before it starts")
+        return RangeRecord(name, domain, start, end, tid, pid, is_open, attached), cpid
+    return InstantRecord(name, domain, start, tid, pid, attached), cpid
+
+
+def _thread_name(ev: Any, threads: Any, names: dict[int, dict[int, str]]) -> None:
+    """Keep the name a ``thread_name`` event gives a thread (not a split track's, nor the
+    ``thread T`` written for a thread with no name)."""
+    try:
+        cpid, tid, name = _checked_int(ev["pid"]), _checked_int(ev["tid"]), ev["args"]["name"]
+        if isinstance(name, str) and name != f"thread {tid}" and f"{cpid}:{tid}" not in threads:
+            names.setdefault(cpid, {})[tid] = name[:256]
+    except (KeyError, TypeError, ValueError, OverflowError):
+        return
+
+
 def read_chrome_doc(path: Path, doc: Any) -> list[RankTrace]:
     """:func:`read_chrome_trace` of a document already loaded from ``path``.
 
@@ -283,41 +540,50 @@ def read_chrome_doc(path: Path, doc: Any) -> list[RankTrace]:
         processes = other.get("processes")
         if not isinstance(processes, dict):  # one Chrome process per rank
             processes = {
-                k: {"rank": int(k), "pid": (v.get("pids") or [0])[0], **v}
+                k: {"rank": k, "pid": (v.get("pids") or [0])[0], **v}
                 for k, v in other.get("ranks", {}).items()
+                if isinstance(v, dict)
             }
         threads = other.get("threads", {})
-        for ev in doc["traceEvents"]:
-            ph = ev.get("ph")
-            if ph not in ("X", "i") or ev.get("cat") == _STEP_CATEGORY:
-                continue
-            cpid = int(ev["pid"])
-            pid = int(processes.get(str(cpid), {}).get("pid", 0))
-            start = origin + _ns(ev["ts"])
-            args = ev.get("args", {})
-            domain = str(args.get("domain", ev.get("cat", "default")))
-            name = str(ev["name"])
-            tid = int(threads.get(f"{cpid}:{ev['tid']}", ev["tid"]))
-            attached = user_args(args)
-            rec: Record
-            if ph == "X":
-                end, is_open = start + _ns(ev["dur"]), bool(args.get("open", False))
-                rec = RangeRecord(name, domain, start, end, tid, pid, is_open, attached)
-            else:
-                rec = InstantRecord(name, domain, start, tid, pid, attached)
-            by_process.setdefault(cpid, []).append(rec)
-        info = {
-            int(k): (
-                int(v.get("rank", k)),
-                [(int(s), int(e)) for s, e in v.get("steps", [])],
-                str(v.get("role", "")),
-            )
-            for k, v in processes.items()
-        }
     except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as e:
-        raise TraceFileError(path, f"has a malformed event ({type(e).__name__}: {e})") from e
+        raise TraceFileError(path, f"has malformed otherData ({type(e).__name__}: {e})") from e
+    skipped = 0
+    names: dict[int, dict[int, str]] = {}  # Chrome pid -> thread -> its Python name
+    first_error: Exception | None = None
+    for ev in doc["traceEvents"]:
+        try:
+            rec, cpid = _record(ev, origin, processes, threads)
+        except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as e:
+            skipped += 1  # one bad event (NaN, a string pid, past int64): the rest is read
+            first_error = first_error or e
+            continue
+        if rec is not None:
+            by_process.setdefault(cpid, []).append(rec)
+        elif ev.get("ph") == "M" and ev.get("name") == "thread_name":
+            _thread_name(ev, threads, names)
+    if first_error is not None and not by_process:  # nothing readable at all: the file is bad
+        why = f"{type(first_error).__name__}: {first_error}"
+        raise TraceFileError(path, f"has a malformed event ({why})")
+    info = {}
+    for k, v in processes.items():
+        try:
+            cpid = int(k)
+            info[cpid] = (
+                _checked_int(v.get("rank", k)),
+                [(_checked_int(s), _checked_int(e)) for s, e in v.get("steps", [])],
+                str(v.get("role", "")),
+                v,
+            )
+        except (KeyError, TypeError, ValueError, AttributeError, OverflowError):
+            skipped += 1
     out = []
     for cpid, recs in sorted(by_process.items()):
-        rank, steps, role = info.get(cpid, (cpid, [], ""))
-        out.append(RankTrace(rank, sorted(recs, key=lambda r: r.start_ns), steps, path, role))
+        rank, steps, role, more = info.get(cpid, (cpid, [], "", {}))
+        trace = RankTrace(rank, sorted(recs, key=lambda r: r.start_ns), steps, path, role)
+        trace.skipped = skipped
+        trace.run, trace.instance = str(more.get("run") or ""), str(more.get("instance") or "")
+        dropped = more.get("dropped")
+        trace.dropped = dropped if type(dropped) is int and dropped > 0 else 0
+        trace.thread_names = names.get(cpid, {})
+        out.append(trace)
     return sorted(out, key=lambda t: t.rank)

@@ -22,13 +22,23 @@ import os
 import re
 import signal
 import socket
+import stat
 import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Iterator
 
-__all__ = ["atomic_path", "atomic_paths", "atomic_write_bytes", "is_temp_name", "sweep_temps"]
+__all__ = [
+    "UnsafeOutput",
+    "atomic_path",
+    "atomic_paths",
+    "atomic_write_bytes",
+    "is_temp_name",
+    "open_new_file",
+    "our_folder",
+    "sweep_temps",
+]
 
 #: ``.<target>.<pid>@<host>.<random>.tmp`` (and SQLite's ``-journal`` beside it).
 #: (Before hosts were named, ``.<target>.<pid>.<random>.tmp``: taken as this host's.)
@@ -50,6 +60,53 @@ def is_temp_name(name: str) -> bool:
     [True, True, False]
     """
     return ".tmp" in name or name.endswith("-journal")
+
+
+class UnsafeOutput(OSError):
+    """An output place that is not safe to write: a folder that another user owns and others
+    may write (anyone could plant a link there), a link or something not a folder where our
+    folder goes, a file that is not a regular file. The message says why in one line."""
+
+
+def our_folder(path: str | Path, *, follow: bool = False) -> Path:
+    """``path`` as a folder we may write into, created if missing (with the mode the umask
+    gives, as ``mkdir`` does). Refused (:class:`UnsafeOutput`): a path that is a link or not a
+    folder, and a folder that another user (not root) owns and others may write without the
+    sticky bit (they could plant links or files in it). ``follow``: a link to a folder is taken
+    (a folder the user named).
+
+    >>> import tempfile, pathlib
+    >>> our_folder(pathlib.Path(tempfile.mkdtemp()) / "spill").is_dir()
+    True
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(path, 0o777)
+    st = os.stat(path) if follow else os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode):
+        kind = "a link" if stat.S_ISLNK(st.st_mode) else "not a folder"
+        raise UnsafeOutput(f"not writing into {path}: it is {kind}")
+    uid = os.getuid() if hasattr(os, "getuid") else st.st_uid
+    open_to_others = st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX
+    if st.st_uid not in (uid, 0) and open_to_others:
+        raise UnsafeOutput(
+            f"not writing into {path}: it belongs to another user (uid {st.st_uid}) and others"
+            " may write it"
+        )
+    return path
+
+
+def open_new_file(path: str | Path) -> int:
+    """A new file at ``path``, opened for appending: never through a link, never a file that
+    exists (``FileExistsError``), and refused (:class:`UnsafeOutput`) if not a regular file."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND
+    flags |= getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(path, flags, 0o666)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise UnsafeOutput(f"not writing {path}: it is not a regular file")
+    return fd
 
 
 @contextlib.contextmanager
@@ -92,7 +149,7 @@ def atomic_paths(*paths: str | Path) -> Iterator[list[Path]]:
     prefix_tail = f"{os.getpid()}@{_host()}."
     try:
         for target in targets:
-            target.parent.mkdir(parents=True, exist_ok=True)
+            our_folder(target.parent, follow=True)
             sweep_temps(target.parent)
             fd, tmp = tempfile.mkstemp(
                 prefix=f".{target.name}.{prefix_tail}", suffix=".tmp", dir=target.parent

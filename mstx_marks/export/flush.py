@@ -2,7 +2,14 @@
 
 A training worker is often stopped rather than left to finish; :func:`flush_at_exit` makes sure
 what it recorded still reaches disk. The files are written atomically, so a flush cut short by a
-second signal leaves the previous complete files, never half of one.
+second signal leaves the previous complete files, never half of one; and while the exit's work
+runs, SIGTERM and SIGINT are held back (:func:`signals_deferred`) and handled once it is done, so
+a signal at exit neither re-enters the flush (which waited on itself for ever) nor cuts it short.
+
+Recording to files means spilling: completed events go to ``out/spill/`` every half second (so a
+SIGKILL loses at most that), the recorder frees what was spilled (constant memory however long
+the run), and the Chrome trace and database are made from the spill. A forked child gets files
+of its own (its own spill, database folder and a Chrome trace named by host and pid).
 
 >>> import tempfile
 >>> from mstx_marks.backends.record import Recorder
@@ -16,13 +23,17 @@ second signal leaves the previous complete files, never half of one.
 from __future__ import annotations
 
 import atexit
+import contextlib
+import functools
 import os
 import signal
+import socket
 import sys
 import threading
+import weakref
 from pathlib import Path
 from types import FrameType
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 from mstx_marks.backends.record import Recorder, default_recorder
 from mstx_marks.base import env
@@ -34,7 +45,14 @@ from mstx_marks.export.chrome import write_chrome_trace
 from mstx_marks.export.files import atomic_paths
 from mstx_marks.export.spill import Spill
 
-__all__ = ["chain_signal", "chrome_trace_path", "export_rank", "flush_at_exit", "safe_role"]
+__all__ = [
+    "chain_signal",
+    "chrome_trace_path",
+    "export_rank",
+    "flush_at_exit",
+    "safe_role",
+    "signals_deferred",
+]
 
 _SignalHandler = Callable[[int, "FrameType | None"], object]
 
@@ -90,6 +108,7 @@ def flush_at_exit(
     rank: int | None = None,
     recorder: Recorder | None = None,
     signals: Iterable[int] = (signal.SIGTERM, signal.SIGINT),
+    interval: float | None = 0.5,
 ) -> Callable[[], list[Path]]:
     """Export ``recorder`` (default: the ``"record"`` backend's) with :func:`export_rank` at
     interpreter exit and on each of ``signals``; return the flush, to call at any time as well.
@@ -97,51 +116,87 @@ def flush_at_exit(
     Asking for files means recording: unless ``recorder`` is given, every range from now on is
     also kept by the in-process recorder, beside the device backend (``configure(record=True)``).
     ``rank`` defaults to :func:`mstx_marks.base.env.rank` (``RANK``, else torch.distributed's rank,
-    else 0). Each flush rewrites the same files; a flush with nothing recorded says why once and
-    never replaces files that hold ranges. On a signal the flush runs, then the handler that was
-    there before runs (so SIGTERM still ends the process and Ctrl-C still raises KeyboardInterrupt).
+    else 0). Completed events are spilled every ``interval`` seconds (None: only at a flush) and
+    released from the recorder; each flush spills the rest and rewrites the same files from the
+    spill; a flush with nothing recorded says why once and never replaces files that hold
+    ranges. On a signal the flush runs, then the handler that was there before runs (so SIGTERM
+    still ends the process and Ctrl-C still raises KeyboardInterrupt).
     Signal handlers can only be set from the main thread; pass ``signals=()`` elsewhere.
     ``multiprocessing`` children leave with ``os._exit``, which skips exit hooks: call the flush
     at the end of such a child yourself.
     """
     rank = env.rank() if rank is None else rank
+    env.run_id()  # made now, so the processes this one starts share it
     if recorder is None:
         settings.configure(record=True)
     source = recorder if recorder is not None else default_recorder()
-    db_path = ascend_db_path(Path(out_dir) / "ascend", rank)
-    # At exit the spill goes first: 1-2 us an event puts everything on disk, so a grace period
-    # that ends during the slower Chrome + DB export loses nothing (summary reads the spill).
-    spill = Spill(out_dir, source, rank=rank)
-    # Re-entrant: a signal handler runs on the main thread, possibly inside a flush that
-    # thread is already doing; a plain lock would wait on itself for ever.
-    lock = threading.RLock()
-    written: list[Path] = []
-
-    def flush() -> list[Path]:
-        with lock:
-            records = source.records()
-            if not records:
-                warn_once(
-                    ("empty flush", str(out_dir), rank),
-                    f"rank {rank} recorded no ranges, so {out_dir} gets none: {_why_empty()}",
-                )
-                if written:
-                    return list(written)  # an empty recording never replaces one with ranges
-            written[:] = export_rank(out_dir, RankTrace(rank, records), db_path)
-            return list(written)
+    target = _FlushTarget(out_dir, source, rank, interval)
+    os.register_at_fork(after_in_child=functools.partial(_forked, weakref.ref(target)))
 
     def on_exit() -> None:
         try:
-            if source.used:
-                spill.write_now(final=True)
-            flush()
+            target.flush(at_exit=True)
         except Exception as e:  # an exit hook must not hide the program's own exit status
             print(f"mstx_marks: could not write the recording to {out_dir}: {e}", file=sys.stderr)
 
     atexit.register(on_exit)
     for signum in signals:
         chain_signal(signum, on_exit)
-    return flush
+    return target.flush
+
+
+class _FlushTarget:
+    """What :func:`flush_at_exit` writes, for the process it is in: a forked child makes its
+    own spill and files (it must neither append to its parent's spill nor replace its files)."""
+
+    def __init__(
+        self, out_dir: str | Path, source: Recorder, rank: int, interval: float | None
+    ) -> None:
+        self.out_dir, self.source, self.rank, self.interval = Path(out_dir), source, rank, interval
+        # Re-entrant: a flush called from a signal handler on a thread already flushing (the
+        # signals are deferred at exit; a user's own flush() from a handler may still nest).
+        self.lock = threading.RLock()
+        self._begin(child=False)
+
+    def _begin(self, *, child: bool) -> None:
+        self.pid = os.getpid()
+        self.spill = Spill(self.out_dir, self.source, rank=self.rank)
+        self.process = f"{socket.gethostname()}-{self.pid}" if child else ""
+        self.db_path = ascend_db_path(self.out_dir / "ascend", self.rank)
+        self.written: list[Path] = []
+        if self.interval is not None:
+            self.spill.start(self.interval)
+
+    def forked(self) -> None:
+        self.lock = threading.RLock()  # the parent's may have been held by another thread
+        self._begin(child=True)
+
+    def flush(self, at_exit: bool = False) -> list[Path]:
+        with signals_deferred(), self.lock:
+            spill = self.spill
+            spill.rank = self.rank
+            if self.source.used:
+                spill.write_now(final=True)
+            if not self.source.used:
+                warn_once(
+                    ("empty flush", str(self.out_dir), self.rank),
+                    f"rank {self.rank} recorded no ranges, so {self.out_dir} gets none: "
+                    f"{_why_empty()}",
+                )
+                if self.written:
+                    return list(self.written)  # an empty recording never replaces one with ranges
+            if spill.too_long_to_export():
+                return [spill.path]
+            trace = spill.read()
+            trace.rank = self.rank
+            self.written[:] = export_rank(self.out_dir, trace, self.db_path, self.process)
+            return list(self.written)
+
+
+def _forked(ref: weakref.ref[_FlushTarget]) -> None:
+    target = ref()
+    if target is not None:
+        target.forked()
 
 
 def _why_empty() -> str:
@@ -174,10 +229,59 @@ def chain_signal(signum: int, before: Callable[[], None]) -> None:
         finally:
             running.clear()
         signal.signal(num, previous)
-        if callable(previous):
-            previous(num, frame)
-        elif previous == signal.SIG_DFL:
-            # Die of the same signal, so the parent sees the usual exit status.
-            os.kill(os.getpid(), num)
+        _run_previous(num, previous, frame)
 
+    handler.mstx_previous = previous  # type: ignore[attr-defined]
     signal.signal(signum, handler)
+
+
+def _run_previous(num: int, previous: object, frame: FrameType | None) -> None:
+    if callable(previous):
+        previous(num, frame)
+    elif previous == signal.SIG_DFL:
+        # Die of the same signal, so the parent sees the usual exit status.
+        signal.signal(num, signal.SIG_DFL)
+        os.kill(os.getpid(), num)
+
+
+_DEFERRED: tuple[int, ...] = (signal.SIGTERM, signal.SIGINT)
+_deferring: list[int] = []  # depth of signals_deferred in the main thread
+_pending: list[int] = []  # signals that arrived meanwhile
+
+
+def _defer(num: int, frame: FrameType | None) -> None:
+    _pending.append(num)
+
+
+@contextlib.contextmanager
+def signals_deferred() -> Iterator[None]:
+    """Hold SIGTERM and SIGINT back (in the main thread; elsewhere signals never run Python
+    code) while the block runs, then handle those that came as the handler in place before
+    would have (minus another flush of ours: the block was it). What a process's exit work runs
+    in: a signal can neither re-enter it (a lock it holds) nor cut it short (Ctrl-C's
+    KeyboardInterrupt in the middle of the spill)."""
+    if _deferring or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    saved: dict[int, Any] = {}
+    for signum in _DEFERRED:
+        try:
+            saved[signum] = signal.signal(signum, _defer)
+        except (ValueError, OSError, TypeError):
+            continue
+    _deferring.append(1)
+    try:
+        yield
+    finally:
+        _deferring.clear()
+        for signum, before in saved.items():
+            with contextlib.suppress(ValueError, OSError, TypeError):
+                signal.signal(signum, before)
+        came = list(dict.fromkeys(_pending))
+        _pending.clear()
+        for signum in came:
+            handler: Any = saved.get(signum)
+            while hasattr(handler, "mstx_previous"):  # ours: its flush is what just ran
+                handler = handler.mstx_previous
+            if handler is not None:
+                _run_previous(signum, handler, None)

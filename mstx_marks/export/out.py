@@ -49,10 +49,9 @@ from typing import Any, Callable, Iterable
 
 from mstx_marks.backends.record import default_recorder
 from mstx_marks.base import env
-from mstx_marks.base.records import RankTrace
 from mstx_marks.core import routing as settings
 from mstx_marks.export.ascend_db import ascend_db_path
-from mstx_marks.export.flush import chain_signal, export_rank, safe_role
+from mstx_marks.export.flush import chain_signal, export_rank, safe_role, signals_deferred
 from mstx_marks.export.spill import Spill
 
 __all__ = ["OutSession", "process_role", "record_to"]
@@ -160,13 +159,14 @@ class OutSession:
         self._closed = True
         self._stop.set()
         written = [self.write_now(final=True)]
-        if self.spill_only:
+        if self.spill_only or self.spill.too_long_to_export():
             return written
-        records = default_recorder().records()
-        if not records:
+        # Made from the spill: the recorder released what it spilled (constant memory).
+        trace = self.spill.read()
+        if not trace.records:
             return []
         host, pid = socket.gethostname(), os.getpid()
-        trace = RankTrace(self.spill.rank, records, role=self.spill.role)
+        trace.rank, trace.role = self.spill.rank, self.spill.role
         # torch_npu's folder is <worker>_<time>_ascend_pt: the role leads the worker name, so
         # a listing groups the databases by role too (the role is also in its META_DATA).
         worker = f"{safe_role(trace.role)}_{host}_{pid}" if trace.role else None
@@ -257,7 +257,8 @@ def _exit_writing(code: int) -> None:
     # first, without blocking. (Ray's workers end in C++, not through here: see _SignalWatch.)
     session = _session
     if session is not None:
-        session.write_now(final=True, blocking=False)
+        with signals_deferred():
+            session.write_now(final=True, blocking=False)
     _real_exit(code)
 
 
@@ -274,6 +275,7 @@ def record_to(
     if _session is not None:
         return _session
     settings.configure(record=True)
+    env.run_id()  # made now, so the processes this one starts share it
     session = _session = OutSession(out_dir, interval)
     atexit.register(_close_quietly)
     os.register_at_fork(after_in_child=session._forked)
@@ -294,7 +296,8 @@ def _close_on_signal() -> None:
         return
     if _ray_role():
         session.spill_only = True
-        session.write_now(final=True)
+        with signals_deferred():
+            session.write_now(final=True)
         return
     _close_quietly()
 
@@ -304,7 +307,8 @@ def _close_quietly() -> None:
     if session is None:
         return
     try:
-        session.close()
+        with signals_deferred():  # a signal at exit neither re-enters nor cuts the writing
+            session.close()
     except Exception as e:  # an exit hook must not hide the program's own exit status
         print(f"mstx_marks: could not write the recording to {session.out_dir}: {e}",
               file=sys.stderr)  # fmt: skip

@@ -3,13 +3,23 @@
 A process that records to files spills every completed range and instant from a background
 thread, at least once a second, to ``<out>/spill/<host>-<pid>.jsonl`` (append-only, one file per
 process, so processes never overwrite each other). A crash, a SIGKILL, an OOM kill or Ray's quick
-exit then loses at most the last interval, and a torn last line is the only damage a crash can
-do: the reader skips it. Anchor: PyTorch's NCCL flight recorder, which keeps the last
-collectives of a process that died for the same reason.
+exit then loses at most the last interval. Anchor: PyTorch's NCCL flight recorder, which keeps
+the last collectives of a process that died for the same reason.
 
-The first line is a header (``{"mstx_marks_spill": 1, "pid", "host", "rank", "role", "wall_ns",
-"mono_ns"}``); later ``{"rank": N}`` or ``{"role": R}`` lines update what became known (a
-rank once torch.distributed is up). Each event is ``[kind, name, domain, start_ns, end_ns, tid]``
+What it drained is released from the recorder (``drain(release=True)``): a spilled recording runs
+for ever in constant memory, and the exit exports are built from the spill
+(:func:`read_spill`). When the spill falls behind, the recorder drops whole chunks; the spill
+then warns once and writes ``{"dropped": N}``, which every export carries on.
+
+Lines are written whole or not at all: a write cut short (a full disk) is undone and kept to be
+written again, and a reader skips (and counts) a torn line wherever it is. The file is opened
+with ``O_EXCL | O_NOFOLLOW`` (never through a planted link, never a file that exists: another
+process with the same host and pid gets a name of its own) in a folder that is ours.
+
+The first line is a header (``{"mstx_marks_spill": 1, "pid", "host", "rank", "role", "run",
+"instance", "wall_ns", "mono_ns"}``); a final write ends with ``{"complete": true}``; later
+``{"rank": N}`` or ``{"role": R}`` lines update what became known (a rank once torch.distributed
+is up). Each event is ``[kind, name, domain, start_ns, end_ns, tid]``
 with kind ``"r"`` (a range), ``"o"`` (a range still open at the last write, ended then) or ``"i"``
 (an instant; ``end_ns`` is null), and a seventh item, an object, when the event has user
 arguments (``mark(name, args=...)``; values JSON cannot hold are written as their ``str``).
@@ -27,28 +37,65 @@ arguments (``mark(name, args=...)``; values JSON cannot hold are written as thei
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import secrets
 import socket
+import stat
 import threading
 import time
+import weakref
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO, Iterator
 
 from mstx_marks.backends.record import DrainCursor, Recorder
-from mstx_marks.base.records import InstantRecord, RangeRecord, RankTrace, Record, TraceFileError
+from mstx_marks.base import env
+from mstx_marks.base.diagnostics import warn_once
+from mstx_marks.base.records import (
+    InstantRecord,
+    RangeRecord,
+    RankTrace,
+    Record,
+    TraceFileError,
+    plain_args,
+)
+from mstx_marks.export.files import UnsafeOutput, open_new_file, our_folder
 
-__all__ = ["SPILL_SUFFIX", "Spill", "read_spill", "spill_path"]
+__all__ = ["EXPORT_FACTOR", "MAX_LINE", "SPILL_SUFFIX", "Spill", "read_spill", "spill_path"]
 
 SPILL_SUFFIX = ".jsonl"
 _BATCH = 4096  # events per write
 _FORMAT = 1
+#: A line longer than this is not ours (a spill's lines are short): skipped, counted, never held.
+MAX_LINE = 1 << 20
+#: Unwritten lines kept for the next write when the disk refuses them; past it, they are dropped.
+_MAX_PENDING = 64 << 20
+_INT64 = 1 << 63
+#: The exit exports are made for up to this many times the recorder's capacity of events.
+EXPORT_FACTOR = 2
+# The recorders a spill drains: a second spill of the same recorder must not release chunks the
+# first has not written yet, so only the sole spill of a recorder releases.
+_spills_of: dict[int, weakref.WeakSet[Spill]] = {}
+_spills_lock = threading.Lock()
 
 
 def spill_path(out_dir: str | Path, pid: int | None = None) -> Path:
-    """This process's spill file under ``out_dir``."""
+    """This process's spill file under ``out_dir`` (its first choice: :class:`Spill` takes
+    another name when this one exists)."""
     pid = os.getpid() if pid is None else pid
-    return Path(out_dir) / "spill" / f"{socket.gethostname()}-{pid}{SPILL_SUFFIX}"
+    return Path(out_dir) / "spill" / f"{_host()}-{pid}{SPILL_SUFFIX}"
+
+
+_hosts: list[str] = []
+
+
+def _host() -> str:
+    # Asked once: gethostname() is a system call that lets other threads run meanwhile, and a
+    # spill made while threads record must take no longer than it needs.
+    if not _hosts:
+        _hosts.append(socket.gethostname())
+    return _hosts[0]
 
 
 def _line(rec: Record) -> list[Any]:
@@ -58,8 +105,15 @@ def _line(rec: Record) -> list[Any]:
         kind = "o" if rec.open else "r"
         line = [kind, rec.name, rec.domain, rec.start_ns, rec.end_ns, rec.thread]
     if rec.args:
-        line.append(dict(rec.args))
+        line.append(plain_args(rec.args))
     return line
+
+
+def _dumps(item: Any) -> str:
+    try:
+        return json.dumps(item, ensure_ascii=False, default=str)
+    except Exception:  # a value whose str() raises, a circle: plain_args made it plain
+        return json.dumps(item, ensure_ascii=False, default=lambda v: "<unprintable>")
 
 
 class Spill:
@@ -68,110 +122,244 @@ class Spill:
     ``write_now()`` appends what completed since the last call. ``start(interval)`` calls it from
     a daemon thread. The file is created at the first event, so a process that records nothing
     leaves no file (and never an empty one beside a real one). Non thread-safe across
-    :func:`os.fork`: the child must make its own ``Spill`` (``out.py`` does, at fork).
+    :func:`os.fork`: the child must make its own ``Spill`` (``out.py`` and ``flush.py`` do).
     """
 
     def __init__(
-        self, out_dir: str | Path, recorder: Recorder, *, rank: int, role: str = ""
+        self,
+        out_dir: str | Path,
+        recorder: Recorder,
+        *,
+        rank: int,
+        role: str = "",
+        run: str | None = None,
     ) -> None:
         self.path = spill_path(out_dir)
         self.recorder = recorder
         self.rank, self.role = rank, role
+        self._run = run
+        self._instance = ""
+        #: Events this spill has written (or holds to write) so far.
+        self.events = 0
         self._cursor = DrainCursor()
         # Not an RLock: the writer never re-enters. Signal handlers and os._exit call
-        # write_now() with blocking=False, so they can never wait on a lock the thread they
-        # interrupted holds.
+        # write_now() with blocking=False, and the exit's signal handling defers signals, so
+        # nothing waits on a lock its own thread holds.
         self._lock = threading.Lock()
         self._fd: int | None = None
         self._stop = threading.Event()
         self._written_rank, self._written_role = rank, role
+        self._dropped_written = 0
+        #: Encoded lines the disk refused (full): written first at the next write.
+        self._pending = b""
+        #: Whether the last line on disk is the ``complete`` mark (nothing written since).
+        self._complete = False
         # (name, domain) -> their JSON text: events repeat a few names, and encoding each
         # event with json.dumps costs several times the rest of the spill.
         self._quoted: dict[tuple[str, str], str] = {}
+        self._registered = False
+
+    @property
+    def instance(self) -> str:
+        """Tells this process apart from another with the same host and pid (made when first
+        asked: creating a spill makes no system call)."""
+        if not self._instance:
+            self._instance = secrets.token_hex(6)
+        return self._instance
+
+    @property
+    def run(self) -> str:
+        """The run of the job this process belongs to (:func:`~mstx_marks.base.env.run_id`)."""
+        if self._run is None:
+            self._run = env.run_id()
+        return self._run
+
+    def _releases(self) -> bool:
+        """Whether this spill may release what it drained: it is its recorder's only one."""
+        with _spills_lock:
+            spills = _spills_of.setdefault(id(self.recorder), weakref.WeakSet())
+            if not self._registered:  # at the first write: making a spill stays cheap
+                spills.add(self)
+                self._registered = True
+            return len(spills) <= 1
 
     def _encode(self, events: list[Record]) -> list[str]:
         quoted, out = self._quoted, []
         for e in events:
             if e.args:
-                out.append(json.dumps(_line(e), ensure_ascii=False, default=str))
+                out.append(_dumps(_line(e)))
                 continue
             nd = quoted.get((e.name, e.domain))
             if nd is None:
                 nd = quoted[(e.name, e.domain)] = (
                     json.dumps(e.name, ensure_ascii=False) + "," + json.dumps(e.domain)
                 )
-            if isinstance(e, InstantRecord):
+            if type(e) is InstantRecord:
                 out.append(f'["i",{nd},{e.start_ns},null,{e.thread}]')
+            elif e.open:  # type: ignore[union-attr]
+                out.append(f'["o",{nd},{e.start_ns},{e.end_ns},{e.thread}]')  # type: ignore[union-attr]
             else:
-                out.append(f'["{"o" if e.open else "r"}",{nd},{e.start_ns},{e.end_ns},{e.thread}]')
+                out.append(f'["r",{nd},{e.start_ns},{e.end_ns},{e.thread}]')  # type: ignore[union-attr]
         return out
 
-    def _open(self) -> int:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o666)
-        header = {
+    def _header(self) -> dict[str, Any]:
+        return {
             "mstx_marks_spill": _FORMAT,
             "pid": self.recorder.pid,
             "host": socket.gethostname(),
             "rank": self.rank,
             "role": self.role,
+            "run": self.run,
+            "instance": self.instance,
             # One clock pair per process: wall time to align processes, monotonic to order.
             "wall_ns": time.time_ns(),
             "mono_ns": time.monotonic_ns(),
         }
-        os.write(fd, (json.dumps(header) + "\n").encode())
-        return fd
+
+    def _open(self) -> int:
+        folder = our_folder(self.path.parent)
+        candidates = [self.path.name]
+        while True:
+            name = candidates.pop() if candidates else None
+            if name is None:  # taken (another process with our host and pid, or a plant)
+                host_pid = self.path.name[: -len(SPILL_SUFFIX)].rsplit("-", 1)
+                name = f"{host_pid[0]}-{secrets.token_hex(4)}-{host_pid[-1]}{SPILL_SUFFIX}"
+            try:
+                fd = open_new_file(folder / name)
+            except FileExistsError:
+                continue
+            self.path = folder / name
+            return fd
 
     def write_now(self, *, final: bool = False, blocking: bool = True) -> Path:
         """Append what completed since the last write; ``final`` adds the ranges still open
-        (flagged). Returns the file's path (which may not exist: nothing recorded)."""
+        (flagged) and the ``complete`` mark. Returns the file's path (which may not exist:
+        nothing recorded)."""
         if not self._lock.acquire(blocking=blocking):
             return self.path
         try:
-            # In batches: the memory a spill needs stays flat however much it has to write.
-            wrote = False
             upto = self.recorder.used  # what is recorded by now: threads still recording wait
+            # In batches: the memory a spill needs stays flat however much it has to write.
+            release = self._releases()
+            wrote = False
             while True:
                 before = self._cursor.next
-                events = self.recorder.drain(self._cursor, _BATCH, upto)
+                events = self.recorder.drain(self._cursor, _BATCH, upto, release=release)
                 if events:
                     self._append(events)
                     wrote = True
                 elif self._cursor.next == before:  # nothing new left to look at
                     break
             tail: list[Record] = list(self.recorder.open_ranges(self._cursor)) if final else []
-            if tail or not wrote:
-                self._append(tail)  # (with nothing to write: a rank or role that changed)
+            if tail or not wrote or final:
+                # (with nothing to write: a rank, role or drop count that changed)
+                self._append(tail, final=final)
             return self.path
         finally:
             self._lock.release()
 
-    def _append(self, events: list[Record]) -> None:
+    def _meta(self) -> list[dict[str, object]]:
         meta: list[dict[str, object]] = []
         if self.rank != self._written_rank:
             meta.append({"rank": self.rank})
         if self.role != self._written_role:
             meta.append({"role": self.role})
-        if not events and (self._fd is None or not meta):
+        dropped = self.recorder.dropped
+        if dropped > self._dropped_written:
+            meta.append({"dropped": dropped})
+            warn_once(
+                ("spill fell behind", id(self)),
+                f"the recorder was full and dropped {dropped} events: the spill to {self.path}"
+                " fell behind (the drop is counted in the spill, the exports and the summary)",
+            )
+        return meta
+
+    def _append(self, events: list[Record], *, final: bool = False) -> None:
+        if self._fd is None and not events and not self.recorder.dropped and not self._pending:
+            return  # a file is made for events only
+        meta = self._meta()
+        if final and not self._complete:
+            meta.append({"complete": True})
+        if not events and not meta and not self._pending:
             return
+        lines = self._encode(events) + [json.dumps(m) for m in meta]
+        self.events += len(events)
+        data = self._pending + ("\n".join(lines) + "\n").encode("utf-8", "surrogatepass")
+        self._pending = data if len(data) <= _MAX_PENDING else b""  # until it is on disk
+        self._complete = final
+        self._written_rank, self._written_role = self.rank, self.role
+        self._dropped_written = self.recorder.dropped
         if self._fd is None:
             self._fd = self._open()
-            meta = []  # the header has them
-        lines = [json.dumps(m) for m in meta]
-        lines += self._encode(events)
-        # One write per batch: a crash tears at most the last line.
-        os.write(self._fd, ("\n".join(lines) + "\n").encode("utf-8", "surrogatepass"))
-        self._written_rank, self._written_role = self.rank, self.role
+            data = (json.dumps(self._header()) + "\n").encode() + data
+        self._write_whole(data)
+
+    def _write_whole(self, data: bytes) -> None:
+        """Write ``data`` (whole lines) or nothing: a write cut short (a full disk) is undone and
+        ``data`` kept to be written first next time (up to :data:`_MAX_PENDING`)."""
+        fd = self._fd
+        assert fd is not None
+        self._pending = b""
+        start = os.lseek(fd, 0, os.SEEK_END)
+        done = 0
+        try:
+            while done < len(data):
+                n = os.write(fd, data[done:])
+                if n <= 0:
+                    raise OSError("no progress")
+                done += n
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, start)  # undo the torn part: lines whole, or none
+            self._pending = data if len(data) <= _MAX_PENDING else b""
+            raise
+
+    @property
+    def pending(self) -> bytes:
+        """Encoded lines not on disk yet (the disk refused them): the exit export reads them."""
+        return self._pending
+
+    def too_long_to_export(self) -> bool:
+        """Whether the run spilled more than :data:`EXPORT_FACTOR` times the events the
+        recorder holds (``capacity``, ``MSTX_MARKS_RECORD_CAPACITY``): its Chrome trace and
+        database are made in memory, so past that only the spill is kept (``summary`` reads
+        it, whole); says so once."""
+        limit = EXPORT_FACTOR * self.recorder.capacity
+        if self.events <= limit:
+            return False
+        warn_once(
+            ("spill only", id(self)),
+            f"{self.events} events were recorded, more than {limit} (twice"
+            f" {env.RECORD_CAPACITY}): only the spill {self.path} is written at exit, no"
+            " Chrome trace or database (summary reads the spill; raise the capacity for them)",
+        )
+        return True
+
+    def read(self) -> RankTrace:
+        """Everything this spill wrote (and what the disk still refused), as one trace: what the
+        exit exports are made from once the recorder released what was spilled."""
+        with self._lock:
+            pending = self._pending
+        if not self.path.exists() and not pending:
+            return RankTrace(self.rank, [], role=self.role, run=self.run, instance=self.instance,
+                             dropped=self.recorder.dropped)  # fmt: skip
+        trace = read_spill(self.path, extra=pending)
+        trace.dropped = max(trace.dropped, self.recorder.dropped)
+        return trace
 
     def start(self, interval: float = 0.5) -> None:
-        """Write every ``interval`` seconds from a daemon thread until :meth:`stop`."""
+        """Write every ``interval`` seconds from a daemon thread until :meth:`stop` (or until
+        nothing else holds this spill: the thread keeps only a weak reference)."""
+        ref, stop = weakref.ref(self), self._stop
 
         def loop() -> None:
-            while not self._stop.wait(interval):
-                try:
-                    self.write_now()
-                except Exception:  # a full disk must not kill the thread for good
-                    continue
+            while not stop.wait(interval):
+                spill = ref()
+                if spill is None:
+                    return
+                with contextlib.suppress(Exception):  # a full disk must not end the thread
+                    spill.write_now()
+                del spill
 
         threading.Thread(target=loop, name="mstx_marks spill", daemon=True).start()
 
@@ -179,54 +367,166 @@ class Spill:
         self._stop.set()
 
 
-def read_spill(path: str | Path) -> RankTrace:
-    """Read one spill file as one process's trace; a torn last line is skipped.
+def _lines(f: BinaryIO, skipped: list[int]) -> Iterator[bytes]:
+    """The file's lines, each at most :data:`MAX_LINE` long (longer ones are skipped and
+    counted): memory stays that of one block, whatever the file holds."""
+    rest = b""
+    too_long = False
+    while True:
+        block = f.read(1 << 20)
+        if not block:
+            break
+        parts = (rest + block).split(b"\n")
+        rest = parts.pop()
+        for part in parts:
+            if too_long:
+                too_long = False
+                skipped[0] += 1
+                continue
+            yield part
+        if len(rest) > MAX_LINE:
+            rest, too_long = b"", True
+    if too_long:
+        skipped[0] += 1
+    elif rest:
+        yield rest
+
+
+def _open_regular(path: Path) -> BinaryIO:
+    """``path`` opened for reading if it is a regular file (a FIFO would block for ever)."""
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(path, flags)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise TraceFileError(path, "is not a regular file; not read")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+class _Reader:
+    """One spill's lines turned into records (see :func:`read_spill`)."""
+
+    def __init__(self, path: Path, header: dict[str, Any]) -> None:
+        self.path = path
+        self.pid = _int(header.get("pid"), 0)
+        self.rank = _int(header.get("rank"), 0)
+        self.role = str(header.get("role") or "")
+        self.run = str(header.get("run") or "")
+        self.instance = str(header.get("instance") or "")
+        self.records: list[Record] = []
+        self.skipped = self.dropped = 0
+        self.complete = False
+
+    def feed(self, lines: list[bytes]) -> None:
+        if not lines:
+            return
+        try:
+            items = json.loads(b"[" + b",".join(lines) + b"]")
+        except ValueError:
+            items = None
+        if items is None or len(items) != len(lines):  # a torn or junk line among them
+            items = []
+            for line in lines:
+                try:
+                    items.append(json.loads(line))
+                except ValueError:
+                    self.skipped += 1
+        for item in items:
+            self._item(item)
+
+    def _item(self, item: Any) -> None:
+        if type(item) is dict:
+            self._meta(item)
+            return
+        self.complete = False
+        try:
+            kind, name, domain, start, end, tid = item[:6]
+            args = item[6] if len(item) > 6 and type(item[6]) is dict else None
+            if type(name) is not str or type(domain) is not str or not _ok(start, tid):
+                raise ValueError
+            if kind == "i":
+                rec: Record = InstantRecord(name, domain, start, tid, self.pid, args)
+            elif kind in ("r", "o") and _ok(end) and end >= start:
+                rec = RangeRecord(name, domain, start, end, tid, self.pid, kind == "o", args)
+            else:
+                raise ValueError
+        except (TypeError, ValueError, KeyError):
+            self.skipped += 1
+            return
+        self.records.append(rec)
+
+    def _meta(self, item: dict[str, Any]) -> None:
+        if item.get("complete") is True:
+            self.complete = True
+            return
+        self.complete = False
+        if "rank" in item:
+            self.rank = _int(item["rank"], self.rank)
+        if "role" in item:
+            self.role = str(item["role"])
+        if "dropped" in item:
+            self.dropped = max(self.dropped, _int(item["dropped"], 0))
+
+
+def _ok(*values: Any) -> bool:
+    return all(type(v) is int and -_INT64 <= v < _INT64 for v in values)
+
+
+def _int(value: Any, default: int) -> int:
+    return value if type(value) is int and -_INT64 <= value < _INT64 else default
+
+
+def read_spill(path: str | Path, *, extra: bytes = b"") -> RankTrace:
+    """Read one spill file as one process's trace, in bounded memory per line: a torn or
+    malformed line (anywhere: a crash mid-write, a disk that filled) is skipped and counted in
+    ``skipped``; ``dropped`` says how many events the recorder dropped; ``complete`` whether
+    the file ends with its writer's final write. ``extra`` is more lines, read after the file.
 
     Raises :class:`~mstx_marks.base.records.TraceFileError` naming the file when it is not a spill.
     """
     path = Path(path)
+    skipped = [0]
     try:
-        raw = path.read_bytes()
+        with _open_regular(path) as f:
+            lines = _lines(f, skipped)
+            first = next(lines, b"")
+            try:
+                header = json.loads(first)
+            except ValueError:
+                header = None
+            if not isinstance(header, dict) or header.get("mstx_marks_spill") != _FORMAT:
+                raise TraceFileError(path, "is not a mstx_marks spill file (no header line)")
+            reader = _Reader(path, header)
+            batch: list[bytes] = []
+            for line in lines:
+                if line.strip():
+                    batch.append(line)
+                if len(batch) >= 4096:
+                    reader.feed(batch)
+                    batch = []
+            reader.feed(batch)
     except OSError as e:
-        raise TraceFileError(path, f"cannot be read ({e.strerror})") from e
-    lines = raw.split(b"\n")
-    try:
-        header = json.loads(lines[0])
-    except ValueError:
-        header = None
-    if not isinstance(header, dict) or header.get("mstx_marks_spill") != _FORMAT:
-        raise TraceFileError(path, "is not a mstx_marks spill file (no header line)")
-    pid, rank, role = int(header.get("pid", 0)), int(header.get("rank", 0)), header.get("role", "")
-    records: list[Record] = []
-    for number, line in enumerate(lines[1:], start=2):
-        if not line.strip():
-            continue
-        try:
-            item = json.loads(line)
-        except ValueError:
-            if number == len(lines) or not any(x.strip() for x in lines[number:]):
-                break  # the torn last line of a process that died mid-write
-            raise TraceFileError(path, f"line {number} is not JSON") from None
-        if isinstance(item, dict):
-            rank = int(item.get("rank", rank))
-            role = str(item.get("role", role))
-            continue
-        try:
-            kind, name, domain, start, end, tid, *more = item
-            args = more[0] if more and isinstance(more[0], dict) else None
-            if kind == "i":
-                records.append(
-                    InstantRecord(str(name), str(domain), int(start), int(tid), pid, args)
-                )
-            else:
-                records.append(
-                    RangeRecord(str(name), str(domain), int(start), int(end), int(tid), pid,
-                                kind == "o", args)
-                )  # fmt: skip
-        except (TypeError, ValueError) as e:
-            raise TraceFileError(path, f"line {number} is not an event ({e})") from None
+        raise TraceFileError(path, f"cannot be read ({e.strerror or e})") from e
+    if extra:
+        reader.feed([line for line in extra.split(b"\n") if line.strip()])
+    reader.skipped += skipped[0]
+    records = reader.records
     records.sort(key=lambda r: r.start_ns)
-    return RankTrace(rank, _latest(records), [], path, role=str(role))
+    return RankTrace(
+        reader.rank,
+        _latest(records),
+        [],
+        path,
+        role=reader.role,
+        run=reader.run,
+        instance=reader.instance,
+        dropped=reader.dropped,
+        skipped=reader.skipped,
+        complete=reader.complete,
+    )
 
 
 def _latest(records: list[Record]) -> list[Record]:
@@ -246,3 +546,6 @@ def _latest(records: list[Record]) -> list[Record]:
             latest[key(r)] = r
     kept = {id(r) for r in latest.values()}
     return [r for r in records if not (isinstance(r, RangeRecord) and r.open) or id(r) in kept]
+
+
+__all__ += ["UnsafeOutput"]

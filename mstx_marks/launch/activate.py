@@ -47,8 +47,8 @@ def parse_instrument(text: str | None) -> tuple[str, ...]:
             continue
         if name not in FRAMEWORKS:
             warn(
-                f"ignoring {name!r} in {env.INSTRUMENT}={text!r}: expected names among"
-                f" {', '.join(FRAMEWORKS)}"
+                f"ignoring {name[:_QUOTE]!r} in {env.INSTRUMENT}={_quoted(text or '')}:"
+                f" expected names among {', '.join(FRAMEWORKS)}"
             )
             continue
         if name not in names:
@@ -56,10 +56,31 @@ def parse_instrument(text: str | None) -> tuple[str, ...]:
     return tuple(names)
 
 
+#: How much of a bad value a warning quotes.
+_QUOTE = 120
+
+
+def _quoted(text: str) -> str:
+    """``repr(text)``, cut to :data:`_QUOTE` characters (a warning never repeats a huge value)."""
+    shown = repr(text)
+    return shown if len(shown) <= _QUOTE else f"{shown[:_QUOTE]}... ({len(text)} characters)"
+
+
 def parse_samples(text: str | None) -> dict[str, Policy]:
     """``MSTX_MARKS_SAMPLE``'s ``PHASE=POLICY`` pairs (``;``-separated), keyed by canonical phase
-    name; a bad pair warns (naming the variable, the pair and the rule) and is skipped."""
+    name; bad pairs are skipped, with one warning for the variable (naming the first bad pair
+    and the rule, how many more there were, and the value cut short).
+
+    >>> import warnings
+    >>> with warnings.catch_warnings(record=True) as w:
+    ...     warnings.simplefilter("always")
+    ...     parse_samples("a=bad;" * 1000)
+    {}
+    >>> len(w), len(str(w[0].message)) < 400
+    (1, True)
+    """
     found: dict[str, Policy] = {}
+    bad: list[str] = []
     for pair in (text or "").split(";"):
         if not pair.strip():
             continue
@@ -74,7 +95,13 @@ def parse_samples(text: str | None) -> dict[str, Policy]:
                 key = phase  # a name the registry does not know is still a name ranges have
             found[key] = parse_policy(policy)
         except ValueError as exc:
-            warn(f"ignoring {pair.strip()!r} in {env.SAMPLE}={text!r}: {exc}")
+            if not bad:
+                bad.append(f"{_quoted(pair.strip())}: {str(exc)[:_QUOTE]}")
+            else:
+                bad.append("")
+    if bad:
+        more = f" (and {len(bad) - 1} more bad pairs)" if len(bad) > 1 else ""
+        warn(f"ignoring {bad[0]}{more} in {env.SAMPLE}={_quoted(text or '')}")
     return found
 
 

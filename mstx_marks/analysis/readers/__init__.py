@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from pathlib import Path
 from typing import Callable
 
@@ -81,6 +82,10 @@ def find_trace_files(path: str | Path, errors: list[str] | None = None) -> list[
     root = Path(path)
     if root.is_file():
         return [root]
+    if root.exists() and not root.is_dir():
+        if errors is not None:
+            errors.append(f"{root}: not a regular file or folder (a FIFO, a device); not read")
+        return []
     found: list[Path] = []
 
     def unreadable(e: OSError) -> None:
@@ -90,10 +95,18 @@ def find_trace_files(path: str | Path, errors: list[str] | None = None) -> list[
 
     for folder, _dirs, files in os.walk(root, onerror=unreadable):
         base = Path(folder)
-        found.extend(base / f for f in files if is_trace_file(base / f))
+        found.extend(base / f for f in files if is_trace_file(base / f) and _regular(base / f))
         if any(is_temp_name(f) for f in files):
             sweep_temps(base)  # what writers killed mid-write left (only theirs: never raises)
     return sorted(found)
+
+
+def _regular(path: Path) -> bool:
+    """Whether ``path`` is a regular file (a FIFO would block its reader for ever)."""
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:
+        return True  # vanished or unreadable: the reader names it
 
 
 def _clean(trace: RankTrace) -> RankTrace:
@@ -103,8 +116,8 @@ def _clean(trace: RankTrace) -> RankTrace:
         if not isinstance(r.name, str) or not isinstance(r.domain, str):
             r = r._replace(name=text(r.name, "<unnamed>"), domain=text(r.domain, "default"))
         records.append(r)
-    paired = pair_marks(records)
-    return RankTrace(trace.rank, paired, trace.steps, trace.source, trace.role)
+    trace.records = pair_marks(records)
+    return trace
 
 
 def read_trace_file(path: Path) -> list[RankTrace]:

@@ -2,10 +2,11 @@
 
 ``summary`` reads a database (ours or torch_npu's, the layout :mod:`mstx_marks.export.ascend_db`
 describes) with a handful of queries: the names once (``STRING_IDS``; a ``BLOB`` name is decoded
-as UTF-8 with replacement), the ranges' durations sorted per message (exact per-rank
-percentiles), the first start of each message, the steps (``STEP_TIME``, or a step phase's
-ranges), and only those marks that may pair (``X_start``/``X_stop``, see
-:mod:`mstx_marks.analysis.mark_pairs`). It gives the same
+as UTF-8 with replacement), the ranges once as plain tuples (thread, start, end, message: their
+durations give exact per-rank percentiles, their nesting the self times, see
+:func:`~mstx_marks.analysis.aggregate.breakdown`), the first start of each message, the steps
+(``STEP_TIME``, or a step phase's ranges), and only those marks that may pair
+(``X_start``/``X_stop``, see :mod:`mstx_marks.analysis.mark_pairs`). It gives the same
 :class:`~mstx_marks.analysis.aggregate.ProcessPart` as reading the file with
 :func:`~mstx_marks.export.read_ascend_db` and aggregating the records (the tests hold the two to
 it), in a fraction of the time and memory.
@@ -22,7 +23,6 @@ it), in a fraction of the time and memory.
 
 from __future__ import annotations
 
-import itertools
 import sqlite3
 from contextlib import closing
 from pathlib import Path
@@ -30,13 +30,20 @@ from typing import Any, Callable
 
 from mstx_marks.analysis.aggregate import ProcessPart, phase_agg
 from mstx_marks.analysis.mark_pairs import START_SUFFIX, STOP_SUFFIX, pair_marks
-from mstx_marks.analysis.steps import StepOptions, fold_name, steps_from_ranges, steps_from_spans
-from mstx_marks.base.records import InstantRecord, RangeRecord, Record, TraceFileError
+from mstx_marks.analysis.steps import (
+    StepOptions,
+    fold_name,
+    merge_spans,
+    steps_from_ranges,
+    steps_from_spans,
+)
+from mstx_marks.base.records import InstantRecord, RangeRecord, RankTrace, Record, TraceFileError
 from mstx_marks.export.ascend_db import (
     EVENT_INSTANT,
     EVENT_MARKER,
     EVENT_PUSH_POP,
     EVENT_RANGE,
+    db_process,
     db_role,
     rank_of_db,
 )
@@ -46,9 +53,10 @@ __all__ = ["aggregate_db", "text"]
 _MARKS = f"({EVENT_MARKER}, {EVENT_INSTANT})"
 _KINDS = f"({EVENT_MARKER}, {EVENT_PUSH_POP}, {EVENT_RANGE}, {EVENT_INSTANT})"
 _RANGE_KINDS = f"({EVENT_PUSH_POP}, {EVENT_RANGE})"
-# The rows read_ascend_db keeps: marks of both kinds, ranges with an end.
+# The rows read_ascend_db keeps: marks of both kinds, ranges with an end not before the start.
 _VALID = (
-    f"startNs IS NOT NULL AND (eventType IN {_MARKS} OR endNs IS NOT NULL)"
+    f"typeof(startNs) = 'integer' AND (eventType IN {_MARKS} OR"
+    " (typeof(endNs) = 'integer' AND endNs >= startNs))"
     f" AND eventType IN {_KINDS}"
 )
 
@@ -122,17 +130,17 @@ def _aggregate(
         name = fold(name_of(message))
         first[name] = min(first.get(name, int(lo)), int(lo))
         ends.append(int(hi))
-    cursor = db.execute(
-        f"SELECT message, endNs - startNs AS d FROM MSTX_EVENTS WHERE {where_ranges}"
-        " ORDER BY message, d"
-    )
-    for message, rows in itertools.groupby(cursor, key=lambda row: row[0]):
+    # The ranges, read once: their durations here, their nesting for the self times below.
+    ranges = db.execute(
+        f"SELECT globalTid, startNs, -endNs, message FROM MSTX_EVENTS WHERE {where_ranges}"
+    ).fetchall()
+    by_message: dict[Any, list[int]] = {}
+    for _, start, neg_end, message in ranges:
+        by_message.setdefault(message, []).append(-neg_end - start)
+    for message, ds in by_message.items():
         name = fold(name_of(message))
-        ds = [int(d) for _, d in rows]
-        if name in durations:  # two messages that fold into one phase
-            durations[name] = sorted(durations[name] + ds)
-        else:
-            durations[name] = ds
+        durations[name] = sorted(durations.get(name, []) + ds)
+    del by_message
 
     # Marks that mstx_sum would pair into ranges.
     pairable = [i for i, v in names.items() if v.endswith(START_SUFFIX) or v.endswith(STOP_SUFFIX)]
@@ -157,18 +165,57 @@ def _aggregate(
         first[name] = min(first.get(name, r.start_ns), r.start_ns)
         ends.append(r.end_ns)
 
-    found = _steps(db, tables, names, paired, fold, steps)
+    steps = steps.resolved([*(name_of(m) for m, _, _ in firsts), *(r.name for r in paired)])
+    found, windows = _steps(db, tables, names, paired, fold, steps)
+    nested, step_phases = _nested(ranges, name_of, paired, fold, steps)
     lo = min(first.values(), default=None)
-    return ProcessPart(
-        rank=rank_of_db(path),
-        role=db_role(db, tables),
-        pids=frozenset(pids),
-        source=path,
-        n_records=int(n_rows) - len(paired),
-        span=None if lo is None else (lo, max(ends)),
-        first_ns=None if first_ns is None else int(first_ns),
-        phases={name: phase_agg(d, first[name]) for name, d in durations.items()},
-    ).set_steps(found)
+    about = db_process(db, tables, RankTrace(0, []))
+    ((n_all,),) = _query(db, f"SELECT COUNT(*) FROM MSTX_EVENTS WHERE eventType IN {_KINDS}")
+    return (
+        ProcessPart(
+            run=about.run,
+            instance=about.instance,
+            dropped=about.dropped,
+            skipped=int(n_all) - int(n_rows),
+            rank=rank_of_db(path),
+            role=db_role(db, tables),
+            pids=frozenset(pids),
+            source=path,
+            n_records=int(n_rows) - len(paired),
+            span=None if lo is None else (lo, max(ends)),
+            first_ns=None if first_ns is None else int(first_ns),
+            phases={name: phase_agg(d, first[name]) for name, d in durations.items()},
+            step_phases=step_phases,
+        )
+        .set_steps(found)
+        .set_breakdown(nested, windows)
+    )
+
+
+def _nested(
+    rows: list[Any],
+    name_of: Callable[[Any], str],
+    paired: list[RangeRecord],
+    fold: Callable[[str], str],
+    options: StepOptions,
+) -> tuple[list[tuple[Any, int, int, str]], frozenset[str]]:
+    """The ranges (``rows`` of ``globalTid, startNs, -endNs, message``) as ``(thread, start,
+    -end, phase)`` for the self times, step ranges left out, and the phases that are steps."""
+    steps: set[str] = set()
+    phase: dict[Any, str] = {}  # message -> its phase, for the messages that are not steps
+    for message in {row[3] for row in rows}:
+        raw = name_of(message)
+        if options.is_step(raw, fold):
+            steps.add(fold(raw))
+        else:
+            phase[message] = fold(raw)
+    nested = [(g or 0, s, e, phase[m]) for g, s, e, m in rows if m in phase]
+    for r in paired:
+        if options.is_step(r.name, fold):
+            steps.add(fold(r.name))
+        else:
+            nested.append(((r.pid << 32) | r.thread, r.start_ns, -r.end_ns, fold(r.name)))
+    return nested, frozenset(steps)
 
 
 def _steps(
@@ -178,7 +225,8 @@ def _steps(
     paired: list[RangeRecord],
     fold: Callable[[str], str],
     options: StepOptions,
-) -> list[Any]:
+) -> tuple[list[Any], list[tuple[int, int]]]:
+    """The steps, and the spans they cover."""
     if options.name is None and "STEP_TIME" in tables:
         spans = _query(
             db,
@@ -186,7 +234,8 @@ def _steps(
             " WHERE startNs IS NOT NULL AND endNs IS NOT NULL ORDER BY id",
         )
         if spans:
-            return steps_from_spans([(int(s), int(e)) for s, e in spans])
+            pairs = [(int(s), int(e)) for s, e in spans]
+            return steps_from_spans(pairs), merge_spans(pairs)
     ids = [i for i, v in names.items() if options.is_step(v, fold)]
     rows: list[tuple[int, int, object]] = []
     if ids:
@@ -200,4 +249,4 @@ def _steps(
             )
         ]
     rows += [(r.start_ns, r.end_ns, None) for r in paired if options.is_step(r.name, fold)]
-    return steps_from_ranges(rows, options.key)
+    return steps_from_ranges(rows, options.key), merge_spans((s, e) for s, e, _ in rows)

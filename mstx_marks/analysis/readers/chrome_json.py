@@ -95,9 +95,18 @@ def _rank(path: Path, doc: Any) -> int:
 
 def _int(value: Any) -> int | None:
     try:
-        return int(value)
-    except (TypeError, ValueError):
+        number = int(value)
+    except (TypeError, ValueError, OverflowError):
         return None
+    return number if -_INT64 <= number < _INT64 else None
+
+
+_INT64 = 1 << 63
+
+
+def _in_range(*values: int) -> bool:
+    """Times a database and the summary can hold: int64 nanoseconds."""
+    return all(-_INT64 <= v < _INT64 for v in values)
 
 
 def _tx_names(events: list[Any]) -> tuple[set[int], set[tuple[int, int]]]:
@@ -130,8 +139,9 @@ def read_foreign_chrome(path: Path, doc: Any) -> list[RankTrace]:
     tx_pids, tx_tids = _tx_names(events) if kind == "torch_npu" else (set(), set())
     records: list[Record] = []
     begun: dict[tuple[int, int], list[tuple[str, str, int]]] = {}
-    try:
-        for ev in events:
+    skipped = 0
+    for ev in events:
+        try:
             if not isinstance(ev, dict):
                 continue
             ph = ev.get("ph")
@@ -152,9 +162,13 @@ def read_foreign_chrome(path: Path, doc: Any) -> list[RankTrace]:
             elif kind != "chrome":
                 continue
             start = base + ts_ns(ev["ts"])
+            if not _in_range(start):
+                raise ValueError("past int64")
             domain = cat or "default"
             if ph == "X":
                 end = start + ts_ns(ev.get("dur", 0))
+                if end < start or not _in_range(start, end):
+                    raise ValueError("not a duration")
                 if step is not None:
                     records.append(
                         RangeRecord(PROFILER_STEP, domain, start, end, tid, pid,
@@ -168,11 +182,13 @@ def read_foreign_chrome(path: Path, doc: Any) -> list[RankTrace]:
                 stack = begun.get((pid, tid))
                 if stack:
                     b_name, b_domain, b_start = stack.pop()
+                    if start < b_start:
+                        raise ValueError("ends before it starts")
                     records.append(RangeRecord(b_name, b_domain, b_start, start, tid, pid))
             else:
                 records.append(InstantRecord(name, domain, start, tid, pid))
-    except (KeyError, TypeError, ValueError, OverflowError) as e:
-        raise TraceFileError(path, f"has a malformed event ({type(e).__name__}: {e})") from e
+        except (KeyError, TypeError, ValueError, OverflowError):
+            skipped += 1  # one bad event (NaN, a string time, past int64): the rest is read
     if not any(isinstance(r, RangeRecord) for r in records):
         what = {
             "kineto": "no user_annotation ranges (record_function)",
@@ -181,7 +197,7 @@ def read_foreign_chrome(path: Path, doc: Any) -> list[RankTrace]:
         }[kind]
         raise NothingToRead(path, f"is a {_KIND_NAMES[kind]} with {what}; nothing to summarise")
     records.sort(key=lambda r: r.start_ns)
-    return [RankTrace(_rank(path, doc), records, [], path)]
+    return [RankTrace(_rank(path, doc), records, [], path, skipped=skipped)]
 
 
 _KIND_NAMES = {
