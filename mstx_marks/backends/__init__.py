@@ -14,6 +14,7 @@ that import). Importing torch just to find out costs seconds and a thousand modu
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import sys
 import threading
@@ -81,10 +82,8 @@ def detect(*, probe: bool = False) -> Backend:
     global _detected
     if probe and "torch" not in sys.modules:
         # Outside the lock: importing torch runs the routing's hook for it, which detects too.
-        try:
+        with contextlib.suppress(Exception):  # no torch: nothing to detect with, noop below
             import torch  # noqa: F401
-        except Exception:  # no torch: nothing to detect with, noop below
-            pass
     with _detect_lock:
         if _detected is None:
             if "torch" not in sys.modules:

@@ -40,6 +40,7 @@ from mstx_marks.analysis.summary import fold_name, format_table, load_traces, su
 from mstx_marks.analysis.timeline import write_svg
 from mstx_marks.backends import detect
 from mstx_marks.backends.noop import NoopBackend
+from mstx_marks.base import env as mstx_env
 from mstx_marks.core.ranges import Mark
 from mstx_marks.core.routing import configure
 from mstx_marks.export import flush_at_exit, write_chrome_trace
@@ -154,6 +155,7 @@ class DemoOptions(NamedTuple):
 
 def _run_ranks(args: DemoOptions, out: Path) -> int:
     env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
+    env.setdefault(mstx_env.RUN, mstx_env.run_id())  # the ranks are one run of one job
     env["WORLD_SIZE"] = str(args.ranks)
     procs = []
     for rank in range(args.ranks):

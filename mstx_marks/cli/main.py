@@ -320,6 +320,12 @@ def _summary_args(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help="worker processes reading files (default: one per CPU)",
     )
+    p.add_argument(
+        "--run",
+        metavar="ID|all",
+        help="which run of the job to read when several wrote into the folder (default: the "
+        "newest, named on stderr)",
+    )
 
 
 def _summary(args: argparse.Namespace) -> int:
@@ -337,6 +343,7 @@ def _summary(args: argparse.Namespace) -> int:
         trace=args.trace,
         steps=StepOptions(args.step_name, args.step_key),
         jobs=args.jobs,
+        run=args.run,
     )
 
 

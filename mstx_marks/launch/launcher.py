@@ -21,6 +21,8 @@ import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from mstx_marks.base import env
+
 __all__ = ["STARTUP_DIR", "launch_env", "run"]
 
 #: The folder holding the start-up ``sitecustomize.py``.
@@ -31,6 +33,8 @@ def launch_env(base: Mapping[str, str], settings: Mapping[str, str]) -> dict[str
     """``base`` with ``settings`` set and the start-up hook first on ``PYTHONPATH``."""
     out = dict(base)
     out.update(settings)
+    # One run id for every process of the job: made here, inherited by all of them.
+    out.setdefault(env.RUN, env.run_id())
     given = out.get("PYTHONPATH", "")
     # An empty entry is the current folder (`PYTHONPATH=:lib`): keep it, or a program importing
     # its own module would fail under the launcher only. An empty value adds nothing.
