@@ -403,24 +403,31 @@ def flush_costs(n: int) -> dict[str, float]:
     from mstx_marks.export.flush import export_rank
     from mstx_marks.export.spill import Spill
 
-    rec = Recorder(capacity=n + 1)
     names = [f"phase_{i}" for i in range(20)]
-    for i in range(n // 2):
-        rec.range_end(rec.range_start(names[i % 20], "verl"), "verl")
-        rec.instant("tick", "verl")
+
+    def recorded() -> Recorder:
+        # A fresh recording for each measurement: a spill frees what it drained.
+        rec = Recorder(capacity=n + 1)
+        for i in range(n // 2):
+            rec.range_end(rec.range_start(names[i % 20], "verl"), "verl")
+            rec.instant("tick", "verl")
+        return rec
+
     out: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for what, run in (
-            ("spill", lambda: Spill(tmp, rec, rank=0).write_now(final=True)),
-            ("export", lambda: export_rank(tmp, RankTrace(0, rec.records()))),
+            ("spill", lambda rec: Spill(tmp, rec, rank=0).write_now(final=True)),
+            ("export", lambda rec: export_rank(tmp, RankTrace(0, rec.records()))),
         ):
+            rec = recorded()
             gc.collect()
             started = time.perf_counter()
-            run()
+            run(rec)
             out[f"{what}_us_per_event"] = (time.perf_counter() - started) / n * 1e6
+            rec = recorded()
             gc.collect()
             tracemalloc.start()
-            run()
+            run(rec)
             out[f"{what}_peak_bytes_per_event"] = tracemalloc.get_traced_memory()[1] / n
             tracemalloc.stop()
     return out

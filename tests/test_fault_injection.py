@@ -817,3 +817,20 @@ def test_9_processes_of_one_job_without_a_shared_run_id_are_one_run(tmp_path: An
         Spill(tmp_path, rec, rank=len(run) % 2, run=run).write_now(final=True)
     summary = summarize_path(tmp_path, jobs=1, progress=False)
     assert summary.notes == [] and [p.overall.count for p in summary.phases] == [2]
+
+
+def test_a_second_reader_skips_what_the_first_released() -> None:
+    """A cursor that starts after another released chunks (a second spill of the same recorder)
+    reads what is still held and ends: it must not spin on a freed chunk."""
+    from mstx_marks.backends.record import DrainCursor, Recorder
+
+    rec = Recorder(capacity=100_000)
+    for _ in range(40_000):
+        rec.range_end(rec.range_start("x", "d"), "d")
+    first = DrainCursor()
+    assert len(rec.drain(first, release=True)) == 40_000
+    second = DrainCursor()
+    # chunks 0 and 1 were freed; the chunk still being filled is held, and read again
+    assert len(rec.drain(second, release=True)) == 40_000 - 2 * 16_384
+    rec.range_end(rec.range_start("y", "d"), "d")
+    assert [r.name for r in rec.drain(second)] == ["y"]

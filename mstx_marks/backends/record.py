@@ -283,7 +283,8 @@ class Recorder(Backend):
             issued = min(issued, upto)
         while i < issued and (chunk := i >> _SHIFT) < len(self._starts):
             off = i & _MASK
-            if self._keys[chunk] is _VOID:  # dropped whole: nothing was written there
+            column = self._keys[chunk]
+            if column is _VOID or column is _GONE:  # dropped whole, or released after a drain
                 i = (chunk + 1) << _SHIFT
                 continue
             stop = min(_CHUNK, off + issued - i, off + max(1, limit - len(out)))
