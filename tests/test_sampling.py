@@ -213,3 +213,19 @@ def test_deep_parentheses_are_a_clear_error_not_a_recursion_error() -> None:
     with pytest.raises(ValueError, match=f"deeper than {MAX_DEPTH}") as err:
         parse_policy(deep)
     assert len(str(err.value)) < 300  # the value is cut, not repeated whole
+
+
+def test_a_sampled_mark_written_at_each_use_samples_per_call_site() -> None:
+    """`with mark(name, sample=every(10))` in a loop keeps one counter per line, as a prebuilt
+    mark would (it used to build a new mark, and so record, at every use)."""
+    from mstx_marks import configure, default_recorder, every, mark
+
+    configure(backend="record")
+    default_recorder().clear()
+    for _ in range(100):
+        with mark("per_use", sample=every(10)):
+            pass
+        with mark("per_use", sample=every(25)):  # another line: its own counter, its own policy
+            pass
+    names = [r.name for r in default_recorder().records()]
+    assert names.count("per_use") == 10 + 4
