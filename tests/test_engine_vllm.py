@@ -23,14 +23,15 @@ from typing import Any
 
 import pytest
 from support.engine_run import (
+    VllmProcesses,
     chrome_counts,
     clean_env,
     counts,
     files_by_pid,
     read_json,
     run_scenario,
-    spills,
     venv_python,
+    vllm_processes,
 )
 
 from mstx_marks.base.records import RangeRecord, RankTrace
@@ -111,22 +112,8 @@ def sampled(
     )  # fmt: skip
 
 
-@dataclass
-class Processes:
-    """The EngineCore's and the worker's traces, told apart by what their names say."""
-
-    engine: RankTrace
-    worker: RankTrace
-    all: dict[int, RankTrace]
-
-
-def _processes(launch: Launch) -> Processes:
-    traces = spills(launch.out)
-    engine = [t for t in traces.values() if t.role.startswith("EngineCore")]
-    worker = [t for t in traces.values() if t.role.startswith("VllmWorker")]
-    roles = {pid: t.role for pid, t in traces.items()}
-    assert len(engine) == 1 and len(worker) == 1, roles
-    return Processes(engine[0], worker[0], traces)
+def _processes(launch: Launch) -> VllmProcesses:
+    return vllm_processes(launch.out)
 
 
 def _pid(trace: RankTrace) -> int:

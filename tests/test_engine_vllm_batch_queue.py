@@ -27,7 +27,15 @@ from typing import Any
 
 import pytest
 from support import engine_venvs
-from support.engine_run import clean_env, counts, read_json, run_scenario, spills, venv_python
+from support.engine_run import (
+    VllmProcesses,
+    clean_env,
+    counts,
+    read_json,
+    run_scenario,
+    venv_python,
+    vllm_processes,
+)
 
 from mstx_marks.base.records import RangeRecord, RankTrace
 
@@ -138,19 +146,8 @@ def windowed(
     )  # fmt: skip
 
 
-@dataclass
-class Processes:
-    engine: RankTrace
-    worker: RankTrace
-    all: dict[int, RankTrace]
-
-
-def _processes(launch: Launch) -> Processes:
-    traces = spills(launch.out)
-    engine = [t for t in traces.values() if t.role.startswith("EngineCore")]
-    worker = [t for t in traces.values() if t.role.startswith("VllmWorker")]
-    assert len(engine) == 1 and len(worker) == 1, {p: t.role for p, t in traces.items()}
-    return Processes(engine[0], worker[0], traces)
+def _processes(launch: Launch) -> VllmProcesses:
+    return vllm_processes(launch.out)
 
 
 def _sorted(trace: RankTrace, *names: str, domain: str | None = None) -> list[RangeRecord]:

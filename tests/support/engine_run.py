@@ -18,6 +18,7 @@ import socket
 import subprocess
 from collections import Counter
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -142,3 +143,21 @@ def chrome_counts(path: Path) -> Counter[str]:
     """Range names of a Chrome trace file (complete events only)."""
     events = read_json(path)["traceEvents"]
     return Counter(e["name"] for e in events if e.get("ph") == "X")
+
+
+@dataclass
+class VllmProcesses:
+    """A vLLM run's EngineCore and worker traces, told apart by the roles their spills name."""
+
+    engine: Any
+    worker: Any
+    all: dict[int, Any]
+
+
+def vllm_processes(out: Path) -> VllmProcesses:
+    """The one EngineCore and the one worker that spilled under ``out`` (fails otherwise)."""
+    traces = spills(out)
+    engine = [t for t in traces.values() if t.role.startswith("EngineCore")]
+    worker = [t for t in traces.values() if t.role.startswith("VllmWorker")]
+    assert len(engine) == 1 and len(worker) == 1, {pid: t.role for pid, t in traces.items()}
+    return VllmProcesses(engine[0], worker[0], traces)
