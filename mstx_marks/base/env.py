@@ -191,9 +191,32 @@ def run_id() -> str:
     import secrets
     import time
 
-    new = time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3)
+    new = _ray_run() or time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3)
     os.environ[RUN] = new
     return new
+
+
+def _ray_run() -> str | None:
+    """In a Ray job whose driver set no run id (Ray starts workers from its raylet, not from the
+    driver's environment): one id for every process of that Ray session and job, from the
+    session's start time and the job id, so that all its actors are one run.
+
+    A hack: Ray has no public accessor for the session's name (``session_<date>_<time>_...``,
+    https://docs.ray.io/en/latest/ray-core/configure.html#logging-and-debugging); read where
+    Ray 2.x keeps it, and fall back to a new id when that fails.
+    """
+    ray = sys.modules.get("ray")
+    if ray is None:
+        return None
+    try:
+        session = str(ray._private.worker._global_node.session_name)
+        job = str(ray.get_runtime_context().get_job_id())
+    except Exception:  # not connected, or another Ray: a new id
+        return None
+    parts = session.split("_")  # ['session', '2026-12-01', '23-25-59', '503406', '22631']
+    if len(parts) < 4 or not job.isalnum():
+        return None
+    return f"{parts[1].replace('-', '')}-{parts[2].replace('-', '')}-ray{parts[3]}-{job}"
 
 
 def any_set() -> bool:

@@ -322,6 +322,7 @@ def _summary_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--run",
+        dest="run_id",  # `run` is the sub-command's function
         metavar="ID|all",
         help="which run of the job to read when several wrote into the folder (default: the "
         "newest, named on stderr)",
@@ -343,7 +344,7 @@ def _summary(args: argparse.Namespace) -> int:
         trace=args.trace,
         steps=StepOptions(args.step_name, args.step_key),
         jobs=args.jobs,
-        run=args.run,
+        run=args.run_id,
     )
 
 
