@@ -726,7 +726,7 @@ def test_14_a_gzip_bomb_is_refused_in_bounded_memory(tmp_path: Any) -> None:
     )
     errors, peak_mb = proc.stdout.splitlines()
     assert "bomb.trace.json.gz" in errors and "more than" in errors, proc.stdout
-    assert int(peak_mb) < 450, peak_mb
+    assert int(peak_mb) < 1024, peak_mb  # the goal: any input in <= 1 GB (1229 MB before; ~500 now)
 
 
 def test_15_one_bad_value_leaves_the_rest_summarised(tmp_path: Any) -> None:
