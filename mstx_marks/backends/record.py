@@ -32,12 +32,19 @@ import threading
 import weakref
 from array import array
 from time import time_ns
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 from mstx_marks.backends.base import Backend, Emitter
 from mstx_marks.base.records import InstantRecord, RangeRecord, Record
 
-__all__ = ["DrainCursor", "Recorder", "default_recorder"]
+__all__ = [
+    "Block",
+    "DrainCursor",
+    "Recorder",
+    "block_records",
+    "default_recorder",
+    "native_thread_ids",
+]
 
 _SHIFT = 14
 _CHUNK = 1 << _SHIFT
@@ -254,17 +261,42 @@ class Recorder(Backend):
         release: bool = False,
     ) -> list[Record]:
         """The events completed since ``cursor`` last looked (ranges that ended, instants), and
-        advance it: what the flight recorder's spill thread appends. Ranges still open are kept
-        in the cursor and come out once they end. At most about ``limit`` new slots are looked
-        at, so a caller can work in batches; slots from ``upto`` on (a :attr:`used` taken
-        earlier) are left for later, so a writer does not chase threads still recording. Costs
-        O(new slots + open ranges). With ``release`` the chunks drained whole (every range in
-        them ended) are freed for new events: only for a caller that keeps what it drained, since
-        :meth:`records` no longer holds them."""
+        advance it. Ranges still open are kept in the cursor and come out once they end. At
+        most about ``limit`` new slots are looked at, so a caller can work in batches; slots
+        from ``upto`` on (a :attr:`used` taken earlier) are left for later, so a writer does not
+        chase threads still recording. Costs O(new slots + open ranges). With ``release`` the
+        chunks drained whole (every range in them ended) are freed for new events: only for a
+        caller that keeps what it drained, since :meth:`records` no longer holds them.
+
+        >>> rec, cursor = Recorder(), DrainCursor()
+        >>> rec.range_end(rec.range_start("step", "d"), "d")
+        >>> [r.name for r in rec.drain(cursor)], rec.drain(cursor)
+        (['step'], [])
+        """
+        blocks, out = self.drain_blocks(cursor, limit, upto, release=release)
+        names, pid = self._names, self._pid
+        for block in blocks:
+            block_records(block, names, _threads, pid, out.append)
+        return out
+
+    def drain_blocks(
+        self,
+        cursor: DrainCursor,
+        limit: int = 1 << 62,
+        upto: int | None = None,
+        *,
+        release: bool = False,
+    ) -> tuple[list[Block], list[Record]]:
+        """What :meth:`drain` gives, as the columns themselves (copied, a block per chunk) and
+        the few events that do not fit them as records: ranges that were open at an earlier
+        drain and have ended since, and events with user arguments. A slot of a block with key
+        0 is not in it (a range still open, or an event given as a record). This is what the
+        spill writes: copying columns costs a small fraction of making a record per event.
+        Names and thread numbers resolve through :meth:`names` and :func:`native_thread_ids`."""
         if cursor.generation != self.generation:  # cleared (or forked) since: start over
             cursor.reset(self.generation)
-        out: list[Record] = []
-        names, pid, args, threads = self._names, self._pid, self._args, _threads
+        records: list[Record] = []
+        names, pid, args = self._names, self._pid, self._args
         still_open = []
         for i in cursor.open:
             chunk, off = i >> _SHIFT, i & _MASK
@@ -274,51 +306,82 @@ class Recorder(Backend):
             else:
                 name, domain = names[self._keys[chunk][off]]
                 start, tid = self._starts[chunk][off], _threads[self._tids[chunk][off]]
-                out.append(RangeRecord(name, domain, start, end, tid, pid, False, args.get(i)))
+                records.append(RangeRecord(name, domain, start, end, tid, pid, False, args.get(i)))
         first = cursor.next >> _SHIFT
         if release:
             self._limit = _UNLIMITED  # from now on, room is counted in chunks (see _grow)
         i, issued = cursor.next, min(self._issued(), self._limit)
         if upto is not None:
             issued = min(issued, upto)
+        blocks: list[Block] = []
+        taken = 0
         while i < issued and (chunk := i >> _SHIFT) < len(self._starts):
             off = i & _MASK
             column = self._keys[chunk]
             if column is _VOID or column is _GONE:  # dropped whole, or released after a drain
                 i = (chunk + 1) << _SHIFT
                 continue
-            stop = min(_CHUNK, off + issued - i, off + max(1, limit - len(out)))
-            keys = self._keys[chunk][off:stop]
-            written = keys.index(0) if 0 in keys else len(keys)  # a slot issued, not yet written
-            stop = off + written
-            rows = zip(
-                keys,
-                self._starts[chunk][off:stop],
-                self._ends[chunk][off:stop],
+            stop = min(_CHUNK, off + issued - i, off + max(1, limit - taken))
+            keys = column[off:stop]
+            looked = len(keys)
+            if 0 in keys:  # a slot issued, not yet written: the block ends before it
+                del keys[keys.index(0) :]
+            stop = off + len(keys)
+            block = Block(
+                keys, self._starts[chunk][off:stop], self._ends[chunk][off:stop],
                 self._tids[chunk][off:stop],
-            )
-            # tuple.__new__: the NamedTuples' own __new__ is a Python call, the most of the cost
-            for j, (key, start, end, number) in enumerate(rows, i):
-                tid = threads[number]
-                if end == _OPEN:
-                    still_open.append(j)
-                elif end == _INSTANT:
-                    name, domain = names[key]
-                    extra = args.get(j) if args else None
-                    out.append(_new(InstantRecord, (name, domain, start, tid, pid, extra)))
-                else:
-                    name, domain = names[key]
-                    extra = args.get(j) if args else None
-                    out.append(
-                        _new(RangeRecord, (name, domain, start, end, tid, pid, False, extra))
-                    )
-            i += written
-            if written < len(keys) or len(out) >= limit:
+            )  # fmt: skip
+            self._take_out(block, i, still_open, records)
+            if block.keys.count(0) < len(block.keys):
+                blocks.append(block)
+            taken += len(keys)
+            i += len(keys)
+            if len(keys) < looked or taken >= limit:
                 break
         cursor.next, cursor.open = i, still_open
         if release:
             self._release(first, i >> _SHIFT, still_open, cursor)
-        return out
+        return blocks, records
+
+    def _take_out(
+        self, block: Block, first: int, still_open: list[int], records: list[Record]
+    ) -> None:
+        """Zero the keys of ``block``'s slots that are not its to carry: ranges still open (to
+        ``still_open``) and events with arguments (to ``records``)."""
+        keys, ends = block.keys, block.ends
+        j = -1
+        for _ in range(ends.count(_OPEN)):
+            j = ends.index(_OPEN, j + 1)
+            still_open.append(first + j)
+            keys[j] = 0
+        args = self._args
+        if not args:
+            return
+        n = len(keys)
+        slots = (
+            [s for s in args if first <= s < first + n]
+            if len(args) < n
+            else [s for s in range(first, first + n) if s in args]
+        )
+        for slot in sorted(slots):
+            j = slot - first
+            key = keys[j]
+            if not key:
+                continue  # still open: it comes out, with its arguments, once it ends
+            keys[j] = 0
+            name, domain = self._names[key]
+            start, tid, end = block.starts[j], _threads[block.threads[j]], block.ends[j]
+            if end == _INSTANT:
+                records.append(InstantRecord(name, domain, start, tid, self._pid, args[slot]))
+            else:
+                records.append(
+                    RangeRecord(name, domain, start, end, tid, self._pid, False, args[slot])
+                )
+
+    def names(self, first: int = 1) -> list[tuple[str, str]]:
+        """The ``(name, domain)`` of keys ``first``, ``first + 1``, ...: what a block's keys
+        mean (keys start at 1 in each :attr:`generation`)."""
+        return self._names[first:]
 
     def _release(self, first: int, stop: int, still_open: list[int], cursor: DrainCursor) -> None:
         """Free chunks ``first`` .. ``stop - 1`` (every slot drained), but those holding a range
@@ -392,6 +455,65 @@ class Recorder(Backend):
                         _new(RangeRecord, (name, domain, start, end, tid, pid, False, extra))
                     )
         return out
+
+
+class Block(NamedTuple):
+    """A run of consecutive slots of one chunk, copied: what :meth:`Recorder.drain_blocks`
+    gives. ``keys`` (``array("I")``, 0 for a slot not in the block), ``starts`` and ``ends``
+    (``array("q")``; an instant's end is -1) and ``threads`` (``array("I")``, thread numbers:
+    see :func:`native_thread_ids`) have one item per slot."""
+
+    keys: array[int]
+    starts: array[int]
+    ends: array[int]
+    threads: array[int]
+
+    @property
+    def events(self) -> int:
+        """How many events the block carries."""
+        return len(self.keys) - self.keys.count(0)
+
+
+def block_records(
+    block: Block,
+    names: Sequence[tuple[str, str]] | Mapping[int, tuple[str, str]],
+    threads: Sequence[int] | Mapping[int, int],
+    pid: int,
+    sink: Callable[[Record], object],
+) -> int:
+    """Hand ``block``'s events to ``sink`` as records, names and native thread ids looked up in
+    ``names`` and ``threads``; returns how many could not be (an unknown key or thread number,
+    a range that ends before it starts: what a damaged file holds), which are left out.
+
+    >>> got = []
+    >>> b = Block(array("I", [1, 0]), array("q", [5, 6]), array("q", [9, -1]), array("I", [0, 0]))
+    >>> block_records(b, {1: ("step", "d")}, [42], 7, got.append), [(r.name, r.end_ns) for r in got]
+    (0, [('step', 9)])
+    """
+    bad = 0
+    for key, start, end, number in zip(block.keys, block.starts, block.ends, block.threads):
+        if not key:
+            continue
+        try:
+            name, domain = names[key]
+            tid = threads[number]
+        except (IndexError, KeyError):
+            bad += 1
+            continue
+        # tuple.__new__: the NamedTuples' own __new__ is a Python call, the most of the cost
+        if end == _INSTANT:
+            sink(_new(InstantRecord, (name, domain, start, tid, pid, None)))
+        elif end >= start:
+            sink(_new(RangeRecord, (name, domain, start, end, tid, pid, False, None)))
+        else:
+            bad += 1
+    return bad
+
+
+def native_thread_ids(first: int = 0) -> list[int]:
+    """The native thread ids of thread numbers ``first``, ``first + 1``, ... (what a block's
+    ``threads`` hold: numbers are this process's, and never reused)."""
+    return _threads[first:]
 
 
 class DrainCursor:
