@@ -155,6 +155,9 @@ class PhaseAgg:
     sketch: QuantileSketch
     sample: array[int] | None
     self_ns: int = 0
+    #: The relative error of ``p50_ns``/``p90_ns``: 0 when exact, else read from ``sketch``
+    #: (a phase of a file summarised in one pass, :mod:`mstx_marks.analysis.stream`).
+    percentile_error: float = 0.0
 
 
 def phase_agg(ordered: Sequence[int], first_start_ns: int, self_ns: int = 0) -> PhaseAgg:
@@ -209,6 +212,9 @@ class ProcessPart:
     unmarked_ns: int = 0
     concurrent_ns: int = 0
     outside_ns: int = 0
+    #: Summarised in one pass, its records never held (a spill too large: see
+    #: :mod:`mstx_marks.analysis.stream`): self times and the breakdown are not known.
+    streamed: bool = False
 
     @property
     def member(self) -> Member:
@@ -421,7 +427,9 @@ def _overall(aggs: list[PhaseAgg], step_time: int) -> Stats:
     max_ns = max(a.max_ns for a in aggs)
     if len(aggs) == 1:
         a = aggs[0]
-        return _stats(count, total, max_ns, a.p50_ns, a.p90_ns, step_time)
+        stats = _stats(count, total, max_ns, a.p50_ns, a.p90_ns, step_time)
+        stats.percentile_error = a.percentile_error
+        return stats
     samples = [a.sample for a in aggs]
     if count <= POOL_LIMIT and all(s is not None for s in samples):
         pooled = sorted(v for s in samples if s is not None for v in s)
@@ -441,6 +449,7 @@ def combine(parts: Iterable[ProcessPart]) -> Summary:
     first start, each across that role's ranks and on each of them."""
     by_member = {p.member: p for p in sorted(parts, key=lambda p: p.member)}
     step_time = {m: p.step_time_ns for m, p in by_member.items()}
+    known = {m: p for m, p in by_member.items() if not p.streamed}  # breakdown known
     result: list[PhaseSummary] = []
     for role in sorted({m.role for m in by_member}):
         ranks = {m.rank: p for m, p in by_member.items() if m.role == role}
@@ -451,9 +460,9 @@ def combine(parts: Iterable[ProcessPart]) -> Summary:
         step_count={m: p.step_count for m, p in by_member.items()},
         sources={m: str(p.source) for m, p in by_member.items()},
         step_keys={m: p.step_keys for m, p in by_member.items()},
-        unmarked_ns={m: p.unmarked_ns for m, p in by_member.items()},
-        concurrent_ns={m: p.concurrent_ns for m, p in by_member.items()},
-        outside_ns={m: p.outside_ns for m, p in by_member.items()},
+        unmarked_ns={m: p.unmarked_ns for m, p in known.items()},
+        concurrent_ns={m: p.concurrent_ns for m, p in known.items()},
+        outside_ns={m: p.outside_ns for m, p in known.items()},
     )
 
 
@@ -468,18 +477,23 @@ def _role_phases(
     for name in sorted(names, key=names.__getitem__):
         aggs = {rank: p.phases[name] for rank, p in by_rank.items() if name in p.phases}
         is_step = any(name in by_rank[rank].step_phases for rank in aggs)
+        # Self time: none for the step phase (the frame); not known on a rank summarised in
+        # one pass, nor then across the role's ranks (a sum of the rest would be too small).
+        unknown = {rank for rank in aggs if is_step or by_rank[rank].streamed}
         per_rank = {
             rank: _with_self(
                 _stats(a.count, a.total_ns, a.max_ns, a.p50_ns, a.p90_ns, step_time[rank]),
-                None if is_step else a.self_ns,
+                None if rank in unknown else a.self_ns,
                 step_time[rank],
             )
             for rank, a in aggs.items()
         }
+        for rank, a in aggs.items():
+            per_rank[rank].percentile_error = a.percentile_error
         step_sum = sum(step_time[rank] for rank in aggs)
         overall = _with_self(
             _overall(list(aggs.values()), step_sum),
-            None if is_step else sum(a.self_ns for a in aggs.values()),
+            None if unknown else sum(a.self_ns for a in aggs.values()),
             step_sum,
         )
         totals = {rank: s.total_ns for rank, s in per_rank.items()}

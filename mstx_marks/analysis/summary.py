@@ -11,8 +11,11 @@ GPU all say rank 0, and only their roles tell them apart, so two roles are never
 
 :func:`summarize_path` (what the command runs) streams: each file is reduced where it is read,
 in worker processes, to a few numbers per phase (:mod:`mstx_marks.analysis.aggregate`; a database
-inside SQLite), so memory does not grow with the number of ranks; :func:`load_traces` and
-:func:`summarize` do the same from traces held in memory (for timelines, or your own traces).
+inside SQLite), so memory does not grow with the number of ranks; a spill too large to hold
+is summarised in one pass (:mod:`mstx_marks.analysis.stream`: no self times for it, which a
+note says), so it does not grow with the events of one process either. :func:`load_traces`
+and :func:`summarize` do the same from traces held in memory (for timelines, or your own
+traces); they refuse such a spill, naming it, and read the rest.
 
 >>> from mstx_marks.base.records import RangeRecord
 >>> from mstx_marks.export import RankTrace
@@ -36,6 +39,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Sequence, TypeVar
 
+from mstx_marks.analysis import stream
 from mstx_marks.analysis.aggregate import (
     PhaseSummary,
     PoolBudget,
@@ -46,12 +50,15 @@ from mstx_marks.analysis.aggregate import (
     combine,
 )
 from mstx_marks.analysis.copies import Copy, pick_copies, pick_run
+from mstx_marks.analysis.quantiles import RELATIVE_ERROR
 from mstx_marks.analysis.readers import find_trace_files, part_of_file, read_trace_file
 from mstx_marks.analysis.readers.chrome_json import NothingToRead
 from mstx_marks.analysis.readers.pool import Progress, map_files
 from mstx_marks.analysis.steps import StepOptions, find_steps, fold_name
+from mstx_marks.analysis.stream import StreamAggregator, TooLargeToHold
 from mstx_marks.analysis.summary_text import format_csv, format_json, format_table, printable
 from mstx_marks.base.records import Member, RankTrace, TraceFileError
+from mstx_marks.export.spill import SPILL_SUFFIX, read_spill
 
 __all__ = [
     "Member",
@@ -232,19 +239,88 @@ def _rank_job(
     (A copy may have its role from another copy of the process: the pids pick the copies.)"""
     member, files, steps = item
     try:
-        group = [
-            t
-            for path, who in files
-            for t in read_trace_file(path)
-            if t.rank == member.rank
-            and frozenset(r.pid for r in t.records) == who[0]
-            and t.instance in (who[1], "")
-        ]
+        try:
+            group = _held_group(member, files)
+        except TooLargeToHold:  # its spills hold more than one file may: in one pass instead
+            return "ok", [_streamed_group(member, files, steps)]
         for t in group:
             t.role = member.role
         return "ok", [aggregate_trace(_joined(member, group), fold_name, steps)]
     except Exception as e:
         return "error", f"{member.label}: could not be read again ({type(e).__name__}: {e})"
+
+
+def _held_group(
+    member: Member, files: list[tuple[Path, tuple[frozenset[int], str]]]
+) -> list[RankTrace]:
+    """The traces of ``member`` in ``files``, every record held; raises
+    :class:`~mstx_marks.analysis.stream.TooLargeToHold` when its spills would hold more than
+    :data:`~mstx_marks.analysis.stream.MAX_HELD_EVENTS` events together (one spill may)."""
+    budget = stream.MAX_HELD_EVENTS
+    group = []
+    for path, who in files:
+        traces = read_trace_file(path, max(budget, 0))
+        budget -= sum(len(t.records) for t in traces)
+        group += [
+            t
+            for t in traces
+            if t.rank == member.rank
+            and frozenset(r.pid for r in t.records) == who[0]
+            and t.instance in (who[1], "")
+        ]
+    return group
+
+
+def _streamed_group(
+    member: Member, files: list[tuple[Path, tuple[frozenset[int], str]]], steps: StepOptions
+) -> ProcessPart:
+    """What :func:`_joined` and ``aggregate_trace`` make of ``member``'s traces in ``files``,
+    its spills read in one pass (the other files are read whole, as they always are)."""
+    found: list[tuple[RankTrace, StreamAggregator]] = []
+    for path, who in files:
+        if path.name.endswith(SPILL_SUFFIX):
+            agg = StreamAggregator(fold_name, steps)
+            pairs = [(read_spill(path, sink=agg.add), agg)]
+        else:
+            pairs = [(t, _fed(t, steps)) for t in read_trace_file(path)]
+        found += [
+            (t, agg)
+            for t, agg in pairs
+            if t.rank == member.rank and agg.pids == who[0] and t.instance in (who[1], "")
+        ]
+    if not found:
+        raise ValueError("none of its processes is in its files any more")
+    total = found[0][1]
+    for _, agg in found[1:]:
+        total.merge(agg)
+    first = found[0][0]
+    trace = (
+        first if len(found) == 1 else RankTrace(member.rank, [], [], first.source, "", first.run)
+    )  # as _joined joins them
+    trace.role = member.role
+    return total.part(trace)
+
+
+def _fed(trace: RankTrace, steps: StepOptions) -> StreamAggregator:
+    """An aggregator of ``trace``'s records (and steps), which it drops."""
+    agg = StreamAggregator(fold_name, steps)
+    for r in trace.records:
+        agg.add(r)
+    agg.file_steps.update(trace.steps)
+    trace.records = []
+    return agg
+
+
+def _streamed_notes(parts: Sequence[ProcessPart]) -> list[str]:
+    """One note per process summarised in one pass: which figures it lacks, and why."""
+    return [
+        f"{p.member.label} ({_shown(p.source)}): {p.n_records} events, more than are held in"
+        " memory here: summarised in one pass, so its self times and its unmarked, concurrent"
+        " and outside-step time are not known (shown as -), and the p50/p90 of its phases of"
+        f" many ranges are within {100 * RELATIVE_ERROR:g}%"
+        for p in parts
+        if p.streamed
+    ]
 
 
 def summarize_path(
@@ -302,6 +378,7 @@ def summarize_path(
             errors.append(value)
         else:
             parts.extend(value)
+    notes.extend(_streamed_notes(parts))
     summary = combine(parts)
     summary.errors, summary.notes = errors, notes
     return summary

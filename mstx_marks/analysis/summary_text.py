@@ -77,8 +77,12 @@ _HEAD = ("rank", "count", "total ms", "mean ms", "p50 ms", "p90 ms", "max ms", "
 UNMARKED = "(unmarked)"
 
 
-def _rows(phases: list[PhaseSummary], names: dict[str, str], width: int) -> tuple[list[str], bool]:
-    lines, sketched = [], False
+def _rows(
+    phases: list[PhaseSummary], names: dict[str, str], width: int
+) -> tuple[list[str], set[str]]:
+    """The phases' rows, and which kinds of row (``all``, ``rank``) have p50/p90 from sketches."""
+    lines: list[str] = []
+    sketched: set[str] = set()
     for p in phases:
         rows: list[tuple[str, str, Stats]] = [(names[p.name], "all", p.overall)]
         rows += [("", str(rank), s) for rank, s in p.per_rank.items()]
@@ -92,24 +96,26 @@ def _rows(phases: list[PhaseSummary], names: dict[str, str], width: int) -> tupl
             if rank == "all":
                 ratio = "-" if p.imbalance is None else f"{p.imbalance:.2f}"
                 line += f"  {ratio} (rank {p.slowest_rank})"
-                if s.percentile_error:
-                    line += " ~"
-                    sketched = True
+            if s.percentile_error:
+                line += " ~"
+                sketched.add("all" if rank == "all" else "rank")
             lines.append(line.rstrip())
     return lines, sketched
 
 
 def _unmarked_rows(summary: Summary, members: list[Member], width: int) -> list[str]:
-    """The :data:`UNMARKED` row (``all`` and per rank): step time no phase covers."""
+    """The :data:`UNMARKED` row (``all`` and per rank): step time no phase covers (``-`` where
+    not known: a process summarised in one pass)."""
     rows = [("all", members)] + [(str(m.rank), [m]) for m in members] * (len(members) > 1)
     lines = []
     for rank, ms in rows:
         step = sum(summary.step_time_ns[m] for m in ms)
+        known = all(m in summary.unmarked_ns for m in ms)
         free = sum(summary.unmarked_ns.get(m, 0) for m in ms)
-        share = _share(free / step if step else None)
+        share = _share(free / step if step and known else None)
         label = UNMARKED if rank == "all" else ""
         lines.append(
-            f"{label:<{width}} {rank:>4} {'':>6} {_ms(free):>10} "
+            f"{label:<{width}} {rank:>4} {'':>6} {_ms(free) if known else '-':>10} "
             + " ".join(f"{'':>10}" for _ in range(4))
             + f" {share:>7} {share:>7}"
         )
@@ -136,6 +142,12 @@ def _footnote(summary: Summary) -> list[str]:
             if outside:
                 why.append(f"{_ms(outside)} ms of phases outside steps")
             lines.append(f"  {printable(m.label)}: beyond 100 % by " + " and ".join(why))
+    unknown = [printable(m.label) for m in summary.members() if m not in summary.unmarked_ns]
+    if unknown:
+        lines.append(
+            f"  - : not known for {', '.join(unknown)} (too many events to hold: summarised in"
+            " one pass, see the note)"
+        )
     return lines
 
 
@@ -184,19 +196,25 @@ def format_table(summary: Summary) -> str:
                 for role in roles
             )
         ]
-        sketched = False
+        sketched = set()
         for role in roles:
             steps = ", ".join(_steps_phrase(summary, m) for m in summary.members(role))
             lines += ["", f"== {printable(role) or '(no role)'} == {steps}", header]
             rows, more = _rows(summary.phases_of(role), names, width)
             lines += rows + _unmarked_rows(summary, summary.members(role), width)
-            sketched = sketched or more
+            sketched |= more
     lines += _footnote(summary)
-    if sketched:
+    if sketched == {"all"}:
         lines.append(
             f"~ p50/p90 of this 'all' row are within {100 * RELATIVE_ERROR:g}% (merged "
             "per-rank sketches); every other figure is exact"
         )
+    elif sketched:  # a process summarised in one pass: its own rows are read from sketches
+        lines += [
+            f"~ p50/p90 of this row are within {100 * RELATIVE_ERROR:g}% (from sketches: per-rank"
+            " ones merged, or those of a",
+            "  process summarised in one pass); every other figure is exact",
+        ]
     return "\n".join(lines)
 
 
@@ -222,7 +240,9 @@ def format_csv(summary: Summary) -> str:
 def format_json(summary: Summary) -> dict[str, Any]:
     """The summary as plain JSON data (durations nanoseconds). ``ranks`` is keyed by role and
     rank, ``ROLE:RANK`` (just ``RANK`` when the role is unknown), each with its ``role`` and
-    ``rank``; each phase is one role's (its ``role``), its ``ranks`` keyed by that role's ranks."""
+    ``rank``; each phase is one role's (its ``role``), its ``ranks`` keyed by that role's ranks.
+    What is not known is null: the breakdown and self times of a process summarised in one pass
+    (:mod:`mstx_marks.analysis.stream`)."""
     return {
         "roles": summary.roles,
         "ranks": {
@@ -233,9 +253,10 @@ def format_json(summary: Summary) -> dict[str, Any]:
                 "steps": summary.step_count[m],
                 "step_keys": summary.step_keys.get(m, []),
                 "step_time_ns": summary.step_time_ns[m],
-                "unmarked_ns": summary.unmarked_ns.get(m, 0),
-                "concurrent_ns": summary.concurrent_ns.get(m, 0),
-                "outside_steps_ns": summary.outside_ns.get(m, 0),
+                # null where not known (a process summarised in one pass)
+                "unmarked_ns": summary.unmarked_ns.get(m),
+                "concurrent_ns": summary.concurrent_ns.get(m),
+                "outside_steps_ns": summary.outside_ns.get(m),
             }
             for m in summary.members()
         },

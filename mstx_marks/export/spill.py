@@ -93,6 +93,7 @@ MAX_LINE = 1 << 20
 #: Unwritten lines kept for the next write when the disk refuses them; past it, they are dropped.
 _MAX_PENDING = 64 << 20
 _INT64 = 1 << 63
+_READ_BATCH_BYTES = 4 << 20
 #: The exit exports are made for up to this many times the recorder's capacity of events.
 EXPORT_FACTOR = 2
 # The recorders a spill drains: a second spill of the same recorder must not release chunks the
@@ -646,12 +647,15 @@ def read_spill(
             if sink is not None:
                 reader.sink = sink
             batch: list[bytes] = []
+            size = 0
             for line in lines:
                 if line.strip():
                     batch.append(line)
-                if len(batch) >= 4096:
+                    size += len(line)
+                # Batches of a few MB at most: a block line holds up to 16,384 events.
+                if len(batch) >= 4096 or size >= _READ_BATCH_BYTES:
                     reader.feed(batch)
-                    batch = []
+                    batch, size = [], 0
             reader.feed(batch)
     except OSError as e:
         raise TraceFileError(path, f"cannot be read ({e.strerror or e})") from e

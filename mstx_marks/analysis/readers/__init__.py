@@ -12,7 +12,10 @@ Kinds (:func:`find_trace_files` finds them by name, anywhere under the folder):
 
 :func:`read_trace_file` gives the file's traces with every record (for timelines);
 :func:`part_of_file` gives what ``summary`` keeps of each process in it, reading a database in
-SQL (:mod:`.ascend_sql`). Both pair ``X_start``/``X_stop`` marks into ranges. Unfinished
+SQL (:mod:`.ascend_sql`) and a spill too large to hold in one pass (:mod:`..stream`). Both pair
+``X_start``/``X_stop`` marks into ranges. A spill too large to hold (past
+:data:`~..stream.MAX_HELD_EVENTS` or :data:`~..stream.MAX_SPILL_BYTES`) is no timeline:
+:func:`read_trace_file` refuses it, naming it (:class:`~..stream.TooLargeToHold`). Unfinished
 atomic writes (``*.tmp*``, ``*-journal``) are never read, and those whose writer is gone are
 removed (:func:`~mstx_marks.export.files.sweep_temps`). A file that cannot be read raises
 :class:`~mstx_marks.base.records.TraceFileError` naming it and why; a readable file with nothing
@@ -39,11 +42,12 @@ from mstx_marks.analysis.mark_pairs import pair_marks
 from mstx_marks.analysis.readers.ascend_sql import aggregate_db, text
 from mstx_marks.analysis.readers.chrome_json import NothingToRead, read_foreign_chrome
 from mstx_marks.analysis.steps import StepOptions, fold_name
+from mstx_marks.analysis.stream import aggregate_spill, read_spill_held
 from mstx_marks.base.records import RankTrace, Record
 from mstx_marks.export.ascend_db import read_ascend_db
 from mstx_marks.export.chrome import is_ours, load_trace_json, read_chrome_doc
 from mstx_marks.export.files import is_temp_name, sweep_temps
-from mstx_marks.export.spill import SPILL_SUFFIX, read_spill
+from mstx_marks.export.spill import SPILL_SUFFIX
 
 __all__ = [
     "NothingToRead",
@@ -120,13 +124,15 @@ def _clean(trace: RankTrace) -> RankTrace:
     return trace
 
 
-def read_trace_file(path: Path) -> list[RankTrace]:
-    """Every trace in the file at ``path`` (one per process, or per rank in our Chrome traces)."""
+def read_trace_file(path: Path, max_events: int | None = None) -> list[RankTrace]:
+    """Every trace in the file at ``path`` (one per process, or per rank in our Chrome traces);
+    a spill only when it holds at most ``max_events`` events (default: as many as are held,
+    see above)."""
     path = Path(path)
     if path.suffix == ".db":
         return [_clean(read_ascend_db(path))]
     if path.name.endswith(SPILL_SUFFIX):
-        return [_clean(read_spill(path))]
+        return [_clean(read_spill_held(path, max_events))]
     doc = load_trace_json(path)
     if is_ours(doc):
         return [_clean(t) for t in read_chrome_doc(path, doc)]
@@ -141,4 +147,6 @@ def part_of_file(
     """What ``summary`` keeps of each process in the file at ``path``."""
     if Path(path).suffix == ".db":
         return [aggregate_db(Path(path), fold, steps)]
+    if Path(path).name.endswith(SPILL_SUFFIX):
+        return [aggregate_spill(Path(path), fold, steps)]
     return [aggregate_trace(t, fold, steps) for t in read_trace_file(path)]
