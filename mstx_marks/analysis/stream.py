@@ -1,4 +1,5 @@
-"""Spills too large to hold in memory, summarised in one pass: a few numbers per phase.
+"""Spills (and large Chrome traces) too large to hold in memory, summarised in one pass: a few
+numbers per phase.
 
 A spill (the flight recorder's file, :mod:`mstx_marks.export.spill`) grows as long as its
 process records: tens of millions of events make a file of a gigabyte or two, and holding them
@@ -20,6 +21,14 @@ are then exact, and p50/p90 within :data:`~mstx_marks.analysis.quantiles.RELATIV
 every range name it holds, so the ranges of each of
 :data:`~mstx_marks.analysis.steps.DEFAULT_STEP_NAMES` are kept until the end, and those of the
 name chosen then make the steps: the file is read once.
+
+**Chrome traces.** A Chrome trace too large to parse whole
+(:data:`~mstx_marks.analysis.readers.chrome_json.WHOLE_JSON_BYTES`) is read one event at a time
+(:class:`~mstx_marks.analysis.readers.chrome_json.JsonEvents`), and its records go through a
+:class:`HoldOrStream`: held while the file has at most :data:`MAX_HELD_EVENTS` of them (then
+aggregated exactly, as a spill is), else each of its processes (ours hold one per rank) through
+a :class:`StreamAggregator`. Timelines take such a file only while it holds at most as many
+(:func:`read_held`).
 
 **What it cannot give:** the breakdown (self times, unmarked, concurrent and outside-step time)
 nests each thread's ranges, which takes all of them at once. The part says ``streamed``; the
@@ -65,15 +74,18 @@ from mstx_marks.base.records import (
     Span,
     TraceFileError,
 )
+from mstx_marks.export.chrome import RecordSink
 from mstx_marks.export.spill import read_spill
 
 __all__ = [
     "MAX_HELD_EVENTS",
     "MAX_SPILL_BYTES",
+    "HoldOrStream",
     "StreamAggregator",
     "TooLargeToHold",
     "aggregate_spill",
     "aggregate_spill_stream",
+    "read_held",
     "read_spill_held",
 ]
 
@@ -81,7 +93,8 @@ __all__ = [
 #: (``benchmarks/summary_memory.py 1e6 --in-memory``, Python 3.11): the in-memory summary of a
 #: spill of a million events peaks at 576 MB of RSS (records, their sorted copies and the
 #: per-thread nesting; about 18 times the 31 MB file), so one file's reading stays near
-#: 600 MB, under the 1 GB a summary may use, with a margin for what else it holds.
+#: 600 MB, under the 1 GB a summary may use, with a margin for what else it holds. A Chrome
+#: trace of a million events read an event at a time, the same: 544 to 664 MB.
 MAX_HELD_EVENTS = 1_000_000
 #: A spill file larger than this is streamed from its first event (and never drawn). Events in
 #: blocks take about 32 bytes each on disk, so this is past two million of them, which
@@ -96,7 +109,8 @@ _NEVER = 1 << 63  # past every int64 timestamp
 
 
 class TooLargeToHold(TraceFileError):
-    """A spill with more events (or bytes) than are read whole here; the message names it."""
+    """A spill or Chrome trace with more events (or bytes) than are read whole here; the message
+    names it."""
 
 
 class _Full(Exception):
@@ -476,7 +490,7 @@ def read_spill_held(path: str | Path, max_events: int | None = None) -> RankTrac
     limit = MAX_HELD_EVENTS if max_events is None else max_events
     size = _size(path)
     if size > MAX_SPILL_BYTES:
-        raise TooLargeToHold(path, _too_large(f"is a spill of {size >> 20} MB", limit))
+        raise TooLargeToHold(path, _too_large(f"is a spill of {size >> 20} MB", limit, True))
     held: list[Record] = []
 
     def sink(rec: Record) -> None:
@@ -487,15 +501,126 @@ def read_spill_held(path: str | Path, max_events: int | None = None) -> RankTrac
     try:
         trace = read_spill(path, sink=sink)
     except _Full:
-        why = _too_large(f"holds more than {limit} events", limit)
+        why = _too_large(f"holds more than {limit} events", limit, True)
         raise TooLargeToHold(path, why) from None
     trace.records = sorted(held, key=lambda r: r.start_ns)
     return trace
 
 
-def _too_large(what: str, max_events: int) -> str:
+def read_held(
+    path: str | Path,
+    read: Callable[[RecordSink], list[RankTrace]],
+    max_events: int | None = None,
+) -> list[RankTrace]:
+    """``read(sink)``: the traces a reader makes of the file at ``path``, handing their records
+    to ``sink`` (:data:`~mstx_marks.export.chrome.RecordSink`), with every record when there
+    are at most ``max_events`` (default :data:`MAX_HELD_EVENTS`) in all; else raises
+    :class:`TooLargeToHold` naming it, as soon as it is known (the rest is not read).
+
+    >>> from mstx_marks.base.records import InstantRecord
+    >>> def read(sink):
+    ...     t = RankTrace(0, [])
+    ...     for s in range(3):
+    ...         sink(t, InstantRecord("tick", "default", s, 1, 1))
+    ...     return [t]
+    >>> len(read_held("a.trace.json", read)[0].records)
+    3
+    >>> read_held("a.trace.json", read, max_events=2)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    mstx_marks.analysis.stream.TooLargeToHold: a.trace.json: holds more than 2 events...
+    """
+    limit = MAX_HELD_EVENTS if max_events is None else max_events
+    count = 0
+
+    def sink(trace: RankTrace, rec: Record) -> None:
+        nonlocal count
+        if count >= limit:
+            raise _Full
+        count += 1
+        trace.records.append(rec)
+
+    try:
+        return read(sink)
+    except _Full:
+        why = _too_large(f"holds more than {limit} events", limit, False)
+        raise TooLargeToHold(path, why) from None
+
+
+def _too_large(what: str, max_events: int, spill: bool) -> str:
+    size = f", {MAX_SPILL_BYTES >> 20} MB" if spill else ""
     return (
-        f"{what}, more than is read whole here (at most {max_events} events, "
-        f"{MAX_SPILL_BYTES >> 20} MB); not drawn (--html, --svg, --trace read every event): "
-        "`mstx-marks summary` without them summarises it in one pass"
+        f"{what}, more than is read whole here (at most {max_events} events{size}); not drawn"
+        " (--html, --svg, --trace read every event): `mstx-marks summary` without them"
+        " summarises it in one pass"
     )
+
+
+class HoldOrStream:
+    """The records of the processes in one file, as its reader hands them to :meth:`add`
+    (a :data:`~mstx_marks.export.chrome.RecordSink`): kept in their traces while the file has
+    at most ``hold`` (default :data:`MAX_HELD_EVENTS`) of them, as :func:`aggregate_spill` keeps
+    a spill's; from the one past that on, each process's go through a
+    :class:`StreamAggregator` (those held first) and are dropped.
+
+    >>> from mstx_marks.base.records import RangeRecord
+    >>> t = RankTrace(0, [])
+    >>> sink = HoldOrStream(hold=2)
+    >>> for s in range(3):
+    ...     sink.add(t, RangeRecord("step", "default", s * 10, s * 10 + 5, 1, 7))
+    >>> sink.streaming, t.records
+    (True, [])
+    >>> (part,) = sink.parts([t], exact=lambda t: aggregate_trace(t))
+    >>> part.step_count, part.streamed
+    (3, True)
+    """
+
+    def __init__(
+        self,
+        fold: Callable[[str], str] = fold_name,
+        steps: StepOptions | None = None,
+        hold: int | None = None,
+    ) -> None:
+        self.fold, self.steps = fold, steps
+        self.hold = MAX_HELD_EVENTS if hold is None else hold
+        self.count = 0
+        self.held: dict[int, RankTrace] = {}  # by id(): the traces holding records
+        self.streams: dict[int, StreamAggregator] = {}
+        self.streaming = self.hold <= 0
+
+    def add(self, trace: RankTrace, rec: Record) -> None:
+        """Hold or count ``rec``, a record of ``trace``'s process."""
+        if self.streaming:
+            self.stream_of(trace).add(rec)
+            return
+        trace.records.append(rec)
+        self.held[id(trace)] = trace
+        self.count += 1
+        if self.count > self.hold:
+            self._let_go()
+
+    def _let_go(self) -> None:
+        """Past ``hold``: what is held goes through the aggregators, and is dropped."""
+        self.streaming = True
+        held, self.held = self.held, {}
+        for trace in held.values():
+            stream = self.stream_of(trace)
+            records, trace.records = trace.records, []
+            for rec in records:
+                stream.add(rec)
+
+    def stream_of(self, trace: RankTrace) -> StreamAggregator:
+        """The aggregator of ``trace``'s process (made the first time)."""
+        stream = self.streams.get(id(trace))
+        if stream is None:
+            stream = self.streams[id(trace)] = StreamAggregator(self.fold, self.steps)
+        return stream
+
+    def parts(
+        self, traces: list[RankTrace], exact: Callable[[RankTrace], ProcessPart]
+    ) -> list[ProcessPart]:
+        """The part of each of ``traces`` (what the reader returned): ``exact(trace)`` of its
+        records when they were held, else its aggregator's (``streamed``)."""
+        if not self.streaming:
+            return [exact(t) for t in traces]
+        return [self.stream_of(t).part(t) for t in traces]

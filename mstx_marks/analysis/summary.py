@@ -11,11 +11,13 @@ GPU all say rank 0, and only their roles tell them apart, so two roles are never
 
 :func:`summarize_path` (what the command runs) streams: each file is reduced where it is read,
 in worker processes, to a few numbers per phase (:mod:`mstx_marks.analysis.aggregate`; a database
-inside SQLite), so memory does not grow with the number of ranks; a spill too large to hold
-is summarised in one pass (:mod:`mstx_marks.analysis.stream`: no self times for it, which a
-note says), so it does not grow with the events of one process either. :func:`load_traces`
-and :func:`summarize` do the same from traces held in memory (for timelines, or your own
-traces); they refuse such a spill, naming it, and read the rest.
+inside SQLite), so memory does not grow with the number of ranks; a spill or Chrome trace too
+large to hold is summarised in one pass (:mod:`mstx_marks.analysis.stream`: no self times for
+it, which a note says), so it does not grow with the events of one process either. Workers read
+as many files at once as keep the largest readings' memory within :data:`MEMORY_BUDGET`
+(:func:`memory_jobs`). :func:`load_traces` and :func:`summarize` do the same from traces held
+in memory (for timelines, or your own traces); they refuse such a file, naming it, and read the
+rest.
 
 >>> from mstx_marks.base.records import RangeRecord
 >>> from mstx_marks.export import RankTrace
@@ -51,16 +53,22 @@ from mstx_marks.analysis.aggregate import (
 )
 from mstx_marks.analysis.copies import Copy, pick_copies, pick_run
 from mstx_marks.analysis.quantiles import RELATIVE_ERROR
-from mstx_marks.analysis.readers import find_trace_files, part_of_file, read_trace_file
+from mstx_marks.analysis.readers import (
+    find_trace_files,
+    part_of_file,
+    peak_estimate,
+    read_trace_file,
+    streams_of_file,
+)
 from mstx_marks.analysis.readers.chrome_json import NothingToRead
-from mstx_marks.analysis.readers.pool import Progress, map_files
+from mstx_marks.analysis.readers.pool import Progress, default_jobs, map_files
 from mstx_marks.analysis.steps import StepOptions, find_steps, fold_name
 from mstx_marks.analysis.stream import StreamAggregator, TooLargeToHold
 from mstx_marks.analysis.summary_text import format_csv, format_json, format_table, printable
 from mstx_marks.base.records import Member, RankTrace, TraceFileError
-from mstx_marks.export.spill import SPILL_SUFFIX, read_spill
 
 __all__ = [
+    "MEMORY_BUDGET",
     "Member",
     "PhaseSummary",
     "Stats",
@@ -72,6 +80,7 @@ __all__ = [
     "format_json",
     "format_table",
     "load_traces",
+    "memory_jobs",
     "run_summary",
     "summarize",
     "summarize_path",
@@ -275,17 +284,13 @@ def _streamed_group(
     member: Member, files: list[tuple[Path, tuple[frozenset[int], str]]], steps: StepOptions
 ) -> ProcessPart:
     """What :func:`_joined` and ``aggregate_trace`` make of ``member``'s traces in ``files``,
-    its spills read in one pass (the other files are read whole, as they always are)."""
+    their spills and Chrome traces read in one pass (a database is read whole, as it always
+    is)."""
     found: list[tuple[RankTrace, StreamAggregator]] = []
     for path, who in files:
-        if path.name.endswith(SPILL_SUFFIX):
-            agg = StreamAggregator(fold_name, steps)
-            pairs = [(read_spill(path, sink=agg.add), agg)]
-        else:
-            pairs = [(t, _fed(t, steps)) for t in read_trace_file(path)]
         found += [
             (t, agg)
-            for t, agg in pairs
+            for t, agg in streams_of_file(path, fold_name, steps)
             if t.rank == member.rank and agg.pids == who[0] and t.instance in (who[1], "")
         ]
     if not found:
@@ -301,16 +306,6 @@ def _streamed_group(
     return total.part(trace)
 
 
-def _fed(trace: RankTrace, steps: StepOptions) -> StreamAggregator:
-    """An aggregator of ``trace``'s records (and steps), which it drops."""
-    agg = StreamAggregator(fold_name, steps)
-    for r in trace.records:
-        agg.add(r)
-    agg.file_steps.update(trace.steps)
-    trace.records = []
-    return agg
-
-
 def _streamed_notes(parts: Sequence[ProcessPart]) -> list[str]:
     """One note per process summarised in one pass: which figures it lacks, and why."""
     return [
@@ -323,6 +318,37 @@ def _streamed_notes(parts: Sequence[ProcessPart]) -> list[str]:
     ]
 
 
+#: The memory the files read at once may take together (by
+#: :func:`~mstx_marks.analysis.readers.peak_estimate`: what reading each adds to its worker),
+#: so that a summary stays within about a gigabyte whatever the files.
+MEMORY_BUDGET = 1 << 30
+
+
+def memory_jobs(
+    estimates: Sequence[int], cpus: int | None = None, budget: int = MEMORY_BUDGET
+) -> int:
+    """How many files to read at once, given each one's peak estimate: one per CPU (``cpus``,
+    default those this process may use), but no more than keep the largest estimates, summed,
+    within ``budget``; at least one.
+
+    >>> MB = 1 << 20
+    >>> memory_jobs([5 * MB] * 64, cpus=16)  # a 64-rank run of small files: every CPU
+    16
+    >>> memory_jobs([600 * MB, 300 * MB, 300 * MB] + [5 * MB] * 60, cpus=16)
+    2
+    >>> memory_jobs([2000 * MB], cpus=16)
+    1
+    """
+    cpus = default_jobs() if cpus is None else cpus
+    jobs, total = 0, 0
+    for estimate in sorted(estimates, reverse=True)[: max(cpus, 1)]:
+        total += estimate
+        if jobs and total > budget:
+            break
+        jobs += 1
+    return max(jobs, 1)
+
+
 def summarize_path(
     path: str | Path,
     steps: StepOptions | None = None,
@@ -332,10 +358,11 @@ def summarize_path(
 ) -> Summary:
     """The summary of every trace under ``path``, streamed (``errors`` and ``notes`` filled).
 
-    Files are read by ``jobs`` worker processes (default: one per CPU), each file reduced to a
-    :class:`~mstx_marks.analysis.aggregate.ProcessPart` where it is read; a progress line goes to
-    stderr when there are more than a few files. Workers fold names with the built-in phase registry
-    (pass ``jobs=1`` to fold with phases registered in this process).
+    Files are read by ``jobs`` worker processes (default: one per CPU, fewer when large files
+    would take more than :data:`MEMORY_BUDGET` together, see :func:`memory_jobs`), each file
+    reduced to a :class:`~mstx_marks.analysis.aggregate.ProcessPart` where it is read; a
+    progress line goes to stderr when there are more than a few files. Workers fold names with
+    the built-in phase registry (pass ``jobs=1`` to fold with phases registered in this process).
     """
     steps = steps or StepOptions()
     errors: list[str] = []
@@ -347,8 +374,9 @@ def summarize_path(
     meter = Progress(len(files)) if progress else None
     loaded: list[tuple[Path, list[Copy[ProcessPart]]]] = []
     budget = PoolBudget()
+    file_jobs = memory_jobs([peak_estimate(f) for f in files]) if jobs is None else jobs
     for (file, _), (status, value) in map_files(
-        _part_job, [(f, steps) for f in files], jobs, meter
+        _part_job, [(f, steps) for f in files], file_jobs, meter
     ):
         if isinstance(value, str):
             (notes if status == "note" else errors).append(value)
@@ -373,6 +401,8 @@ def summarize_path(
                 (c.source, (c.pids, c.instance)) for c in group if c.source is not None
             ]
             again.append((member, files_of_member, steps))
+    if jobs is None:  # a member's files are read together
+        jobs = memory_jobs([sum(peak_estimate(f) for f, _ in item[1]) for item in again])
     for _, (_status, value) in map_files(_rank_job, again, jobs):
         if isinstance(value, str):
             errors.append(value)

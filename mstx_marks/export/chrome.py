@@ -44,15 +44,18 @@ import threading
 import time
 import zlib
 from pathlib import Path
-from typing import Any, Iterable, Mapping, NamedTuple, Sequence
+from typing import Any, Callable, Iterable, Mapping, NamedTuple, Sequence
 
 from mstx_marks.base.records import InstantRecord, RangeRecord, RankTrace, Record, TraceFileError
 from mstx_marks.export.files import atomic_path
 
 __all__ = [
     "GENERATOR",
+    "MAX_JSON_BYTES",
     "OVERLAP_TID",
     "RESERVED_ARGS",
+    "JsonTooLarge",
+    "RecordSink",
     "ThreadTrack",
     "chrome_trace",
     "dumps",
@@ -401,15 +404,17 @@ def dumps(doc: Any) -> str:
     return json.dumps(doc, separators=(",", ":"), default=str)
 
 
-def load_trace_json(path: str | Path) -> Any:
-    """The JSON document in ``path`` (gzip-compressed when it ends in ``.gz``).
+def load_trace_json(path: str | Path, max_bytes: int | None = None) -> Any:
+    """The JSON document in ``path`` (gzip-compressed when it ends in ``.gz``), parsed whole.
 
     Raises :class:`TraceFileError`, naming the file, for a file that cannot be read, is not
-    JSON, or nests too deeply for the parser.
+    JSON, or nests too deeply for the parser; :class:`JsonTooLarge` past ``max_bytes`` of text
+    (default :data:`MAX_JSON_BYTES`; ``summary`` reads a file past its own, smaller, bound a
+    piece at a time: :mod:`mstx_marks.analysis.readers.chrome_json`).
     """
     path = Path(path)
     try:
-        raw = _read_bounded(path)
+        raw = _read_bounded(path, MAX_JSON_BYTES if max_bytes is None else max_bytes)
         return json.loads(raw)
     except TraceFileError:
         raise
@@ -424,14 +429,24 @@ def load_trace_json(path: str | Path) -> Any:
         raise TraceFileError(path, "is JSON nested too deeply to be a trace") from None
 
 
-#: The most JSON text one trace file may hold here (after gunzip): its parse takes a few times
-#: this in memory, so a reader stays within about a gigabyte whatever the file.
-MAX_JSON_BYTES = 192 << 20
+#: The most JSON text (after gunzip) :func:`read_chrome_trace` and :func:`load_trace_json` parse
+#: whole. A parse takes many times its text in memory: measured (Python 3.11, peak RSS), 8 times
+#: for our own traces (907 MB for the 115 MB of a million events; :func:`read_chrome_trace` of
+#: it, records and all, 915 MB), and up to 30 times for the worst text (``[{"a":{}}, ...]``:
+#: 1.3 GB for 42 MB). At 96 MB one of our traces (850 000 events) is read in 830 MB (192 MB,
+#: the bound before, took about 1.6 GB). ``summary`` and the timelines never parse
+#: more than :data:`~mstx_marks.analysis.readers.chrome_json.WHOLE_JSON_BYTES` whole: they
+#: read a larger file an event at a time, whatever its size, our exporter's largest included.
+MAX_JSON_BYTES = 96 << 20
 
 
-def _read_bounded(path: Path) -> bytes:
-    """The file's bytes (gunzipped for ``.gz``), refused past :data:`MAX_JSON_BYTES` (a gzip
-    that inflates to gigabytes is stopped there) and when it is not a regular file (a FIFO)."""
+class JsonTooLarge(TraceFileError):
+    """More JSON text than a reader parses whole (:func:`load_trace_json`)."""
+
+
+def _read_bounded(path: Path, limit: int) -> bytes:
+    """The file's bytes (gunzipped for ``.gz``), refused past ``limit`` (a gzip that inflates
+    to gigabytes is stopped there) and when it is not a regular file (a FIFO)."""
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
     fd = os.open(path, flags)
     with os.fdopen(fd, "rb") as f:
@@ -439,10 +454,10 @@ def _read_bounded(path: Path) -> bytes:
             raise TraceFileError(path, "is not a regular file; not read")
         os.set_blocking(fd, True)
         source: Any = gzip.GzipFile(fileobj=f) if path.name.endswith(".gz") else f
-        raw = source.read(MAX_JSON_BYTES + 1)
-    if len(raw) > MAX_JSON_BYTES:
-        raise TraceFileError(
-            path, f"holds more than {MAX_JSON_BYTES >> 20} MB of JSON, more than is read here"
+        raw = source.read(limit + 1)
+    if len(raw) > limit:
+        raise JsonTooLarge(
+            path, f"holds more than {limit >> 20} MB of JSON, more than is read here"
         )
     return bytes(raw)
 
@@ -461,10 +476,18 @@ def _check(path: Path, doc: Any) -> dict[str, Any]:
     other = doc.get("otherData") if isinstance(doc, dict) else None
     if not isinstance(other, dict) or other.get("generator") != GENERATOR:
         raise TraceFileError(path, "is not a Chrome trace written by mstx_marks")
-    if not isinstance(doc.get("traceEvents"), list):
+    if not _is_events(doc.get("traceEvents")):
         raise TraceFileError(path, "has no traceEvents list")
     checked: dict[str, Any] = doc
     return checked
+
+
+def _is_events(events: Any) -> bool:
+    """Whether ``events`` is a list, or the events of a file read a piece at a time (an iterable
+    that JSON never makes: not a string, bytes or object)."""
+    if isinstance(events, list):
+        return True
+    return isinstance(events, Iterable) and not isinstance(events, (str, bytes, dict))
 
 
 def read_chrome_trace(path: str | Path) -> list[RankTrace]:
@@ -491,10 +514,31 @@ def _checked_int(value: Any) -> int:
     return number
 
 
+#: Names shared by the records of one file read (JSON makes a string per event: 100 bytes a
+#: record), up to this many different ones (so reading a file of unique names, its records
+#: not held, does not hold them all either).
+_SHARED_NAMES = 4096
+
+
+def _shared(name: str, names: dict[str, str]) -> str:
+    """``name``, as the first record read with it has it (while ``names`` has room)."""
+    known = names.get(name)
+    if known is not None:
+        return known
+    if len(names) < _SHARED_NAMES:
+        names[name] = name
+    return name
+
+
 def _record(
-    ev: Any, origin: int, processes: dict[str, Any], threads: dict[str, Any]
+    ev: Any,
+    origin: int,
+    processes: dict[str, Any],
+    threads: dict[str, Any],
+    names: dict[str, str] | None = None,
 ) -> tuple[Record | None, int]:
-    """One event of our trace as a record (None: not a record), and its Chrome pid."""
+    """One event of our trace as a record (None: not a record), and its Chrome pid; its name
+    and domain shared through ``names`` (see :func:`_shared`)."""
     ph = ev.get("ph")
     if ph not in ("X", "i") or ev.get("cat") == _STEP_CATEGORY:
         return None, 0
@@ -504,6 +548,8 @@ def _record(
     args = ev.get("args", {})
     domain = str(args.get("domain", ev.get("cat", "default")))
     name = str(ev["name"])
+    if names is not None:
+        name, domain = _shared(name, names), _shared(domain, names)
     tid = _checked_int(threads.get(f"{cpid}:{ev['tid']}", ev["tid"]))
     attached = user_args(args)
     if ph == "X":
@@ -525,16 +571,67 @@ def _thread_name(ev: Any, threads: Any, names: dict[int, dict[int, str]]) -> Non
         return
 
 
-def read_chrome_doc(path: Path, doc: Any) -> list[RankTrace]:
+#: Where a reader hands each record as it reads it, with the trace of its process (whose
+#: ``records`` it leaves to the sink), instead of keeping it.
+RecordSink = Callable[[RankTrace, Record], None]
+
+
+def _keep(trace: RankTrace, rec: Record) -> None:
+    trace.records.append(rec)
+
+
+def _processes_of(
+    processes: dict[str, Any],
+) -> tuple[dict[int, tuple[int, list[tuple[int, int]], str, Any]], int]:
+    """What ``otherData`` says of each Chrome process (rank, steps, role, the rest), and how
+    many of its entries are malformed."""
+    info = {}
+    bad = 0
+    for k, v in processes.items():
+        try:
+            cpid = int(k)
+            info[cpid] = (
+                _checked_int(v.get("rank", k)),
+                [(_checked_int(s), _checked_int(e)) for s, e in v.get("steps", [])],
+                str(v.get("role", "")),
+                v,
+            )
+        except (KeyError, TypeError, ValueError, AttributeError, OverflowError):
+            bad += 1
+    return info, bad
+
+
+def _process_trace(path: Path, cpid: int, info: dict[int, Any]) -> RankTrace:
+    """The (empty) trace of Chrome process ``cpid``."""
+    rank, steps, role, more = info.get(cpid, (cpid, [], "", {}))
+    trace = RankTrace(rank, [], steps, path, role)
+    trace.run, trace.instance = str(more.get("run") or ""), str(more.get("instance") or "")
+    dropped = more.get("dropped")
+    trace.dropped = dropped if type(dropped) is int and dropped > 0 else 0
+    return trace
+
+
+def read_chrome_doc(path: Path, doc: Any, sink: RecordSink | None = None) -> list[RankTrace]:
     """:func:`read_chrome_trace` of a document already loaded from ``path``.
 
     A merged job timeline (:mod:`mstx_marks.analysis.merge`) lists its processes in
     ``otherData.processes`` (Chrome pid to rank, pid, role, steps) and the threads it split into
     tracks in ``otherData.threads``; it reads back as one trace per process.
+
+    ``doc["traceEvents"]`` may be any iterable of events (a large file's, parsed one at a
+    time). With ``sink``, each record goes to ``sink(trace, record)`` as it is read, and the
+    traces come back with the records the sink put in them (sorted by start).
+
+    >>> doc = chrome_trace([RankTrace(3, [RangeRecord("gen", "d", 10**9, 10**9 + 5, 1, 9)])])
+    >>> seen = []
+    >>> sink = lambda t, r: seen.append((t.rank, r.name))
+    >>> (t,) = read_chrome_doc(Path("r3.trace.json"), doc, sink)
+    >>> seen, t.rank, t.records
+    ([(3, 'gen')], 3, [])
     """
     doc = _check(path, doc)
     other = doc["otherData"]
-    by_process: dict[int, list[Record]] = {}
+    add = _keep if sink is None else sink
     try:
         origin = int(other.get("origin_ns", 0))
         processes = other.get("processes")
@@ -547,43 +644,30 @@ def read_chrome_doc(path: Path, doc: Any) -> list[RankTrace]:
         threads = other.get("threads", {})
     except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as e:
         raise TraceFileError(path, f"has malformed otherData ({type(e).__name__}: {e})") from e
-    skipped = 0
+    info, skipped = _processes_of(processes)
+    by_process: dict[int, RankTrace] = {}
     names: dict[int, dict[int, str]] = {}  # Chrome pid -> thread -> its Python name
+    shared: dict[str, str] = {}
     first_error: Exception | None = None
     for ev in doc["traceEvents"]:
         try:
-            rec, cpid = _record(ev, origin, processes, threads)
+            rec, cpid = _record(ev, origin, processes, threads, shared)
         except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as e:
             skipped += 1  # one bad event (NaN, a string pid, past int64): the rest is read
             first_error = first_error or e
             continue
         if rec is not None:
-            by_process.setdefault(cpid, []).append(rec)
+            trace = by_process.get(cpid)
+            if trace is None:
+                trace = by_process[cpid] = _process_trace(path, cpid, info)
+            add(trace, rec)
         elif ev.get("ph") == "M" and ev.get("name") == "thread_name":
             _thread_name(ev, threads, names)
     if first_error is not None and not by_process:  # nothing readable at all: the file is bad
         why = f"{type(first_error).__name__}: {first_error}"
         raise TraceFileError(path, f"has a malformed event ({why})")
-    info = {}
-    for k, v in processes.items():
-        try:
-            cpid = int(k)
-            info[cpid] = (
-                _checked_int(v.get("rank", k)),
-                [(_checked_int(s), _checked_int(e)) for s, e in v.get("steps", [])],
-                str(v.get("role", "")),
-                v,
-            )
-        except (KeyError, TypeError, ValueError, AttributeError, OverflowError):
-            skipped += 1
-    out = []
-    for cpid, recs in sorted(by_process.items()):
-        rank, steps, role, more = info.get(cpid, (cpid, [], "", {}))
-        trace = RankTrace(rank, sorted(recs, key=lambda r: r.start_ns), steps, path, role)
+    for cpid, trace in by_process.items():
+        trace.records.sort(key=lambda r: r.start_ns)
         trace.skipped = skipped
-        trace.run, trace.instance = str(more.get("run") or ""), str(more.get("instance") or "")
-        dropped = more.get("dropped")
-        trace.dropped = dropped if type(dropped) is int and dropped > 0 else 0
         trace.thread_names = names.get(cpid, {})
-        out.append(trace)
-    return sorted(out, key=lambda t: t.rank)
+    return sorted((by_process[k] for k in sorted(by_process)), key=lambda t: t.rank)

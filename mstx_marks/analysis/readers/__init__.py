@@ -12,10 +12,14 @@ Kinds (:func:`find_trace_files` finds them by name, anywhere under the folder):
 
 :func:`read_trace_file` gives the file's traces with every record (for timelines);
 :func:`part_of_file` gives what ``summary`` keeps of each process in it, reading a database in
-SQL (:mod:`.ascend_sql`) and a spill too large to hold in one pass (:mod:`..stream`). Both pair
-``X_start``/``X_stop`` marks into ranges. A spill too large to hold (past
-:data:`~..stream.MAX_HELD_EVENTS` or :data:`~..stream.MAX_SPILL_BYTES`) is no timeline:
-:func:`read_trace_file` refuses it, naming it (:class:`~..stream.TooLargeToHold`). Unfinished
+SQL (:mod:`.ascend_sql`), and a spill or Chrome trace too large to hold in one pass
+(:mod:`..stream`). Both pair ``X_start``/``X_stop`` marks into ranges. A Chrome trace of more
+than :data:`~.chrome_json.WHOLE_JSON_BYTES` of JSON is read an event at a time
+(:func:`.chrome_json.stream_trace_json`), never parsed whole. A spill or Chrome trace too large
+to hold (past :data:`~..stream.MAX_HELD_EVENTS` events, or a spill past
+:data:`~..stream.MAX_SPILL_BYTES`) is no timeline: :func:`read_trace_file` refuses it, naming it
+(:class:`~..stream.TooLargeToHold`). :func:`peak_estimate` says about how much memory reading a
+file takes, for ``summary`` to choose how many to read at once. Unfinished
 atomic writes (``*.tmp*``, ``*-journal``) are never read, and those whose writer is gone are
 removed (:func:`~mstx_marks.export.files.sweep_temps`). A file that cannot be read raises
 :class:`~mstx_marks.base.records.TraceFileError` naming it and why; a readable file with nothing
@@ -35,26 +39,46 @@ import os
 import re
 import stat
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
+from mstx_marks.analysis import stream
 from mstx_marks.analysis.aggregate import ProcessPart, aggregate_trace
 from mstx_marks.analysis.mark_pairs import pair_marks
+from mstx_marks.analysis.readers import chrome_json
 from mstx_marks.analysis.readers.ascend_sql import aggregate_db, text
-from mstx_marks.analysis.readers.chrome_json import NothingToRead, read_foreign_chrome
+from mstx_marks.analysis.readers.chrome_json import (
+    NothingToRead,
+    read_foreign_chrome,
+    stream_trace_json,
+)
 from mstx_marks.analysis.steps import StepOptions, fold_name
-from mstx_marks.analysis.stream import aggregate_spill, read_spill_held
+from mstx_marks.analysis.stream import (
+    HoldOrStream,
+    StreamAggregator,
+    aggregate_spill,
+    read_held,
+    read_spill_held,
+)
 from mstx_marks.base.records import RankTrace, Record
 from mstx_marks.export.ascend_db import read_ascend_db
-from mstx_marks.export.chrome import is_ours, load_trace_json, read_chrome_doc
+from mstx_marks.export.chrome import (
+    JsonTooLarge,
+    RecordSink,
+    is_ours,
+    load_trace_json,
+    read_chrome_doc,
+)
 from mstx_marks.export.files import is_temp_name, sweep_temps
-from mstx_marks.export.spill import SPILL_SUFFIX
+from mstx_marks.export.spill import SPILL_SUFFIX, read_spill
 
 __all__ = [
     "NothingToRead",
     "find_trace_files",
     "is_trace_file",
     "part_of_file",
+    "peak_estimate",
     "read_trace_file",
+    "streams_of_file",
 ]
 
 _DB_FILE = re.compile(r"ascend_pytorch_profiler(?:_\d+)?\.db\Z")
@@ -124,19 +148,33 @@ def _clean(trace: RankTrace) -> RankTrace:
     return trace
 
 
+def _json_doc(path: Path) -> tuple[Any, bool]:
+    """The JSON document at ``path``, parsed whole when it is small enough, else with its
+    events read one at a time; and whether the latter."""
+    try:
+        return load_trace_json(path, chrome_json.WHOLE_JSON_BYTES), False
+    except JsonTooLarge:
+        return stream_trace_json(path), True
+
+
+def _json_traces(path: Path, doc: Any, sink: RecordSink | None = None) -> list[RankTrace]:
+    if is_ours(doc):
+        return read_chrome_doc(path, doc, sink)
+    return read_foreign_chrome(path, doc, sink)
+
+
 def read_trace_file(path: Path, max_events: int | None = None) -> list[RankTrace]:
     """Every trace in the file at ``path`` (one per process, or per rank in our Chrome traces);
-    a spill only when it holds at most ``max_events`` events (default: as many as are held,
-    see above)."""
+    a spill or Chrome trace only when it holds at most ``max_events`` events (default: as
+    many as are held, see above)."""
     path = Path(path)
     if path.suffix == ".db":
         return [_clean(read_ascend_db(path))]
     if path.name.endswith(SPILL_SUFFIX):
         return [_clean(read_spill_held(path, max_events))]
-    doc = load_trace_json(path)
-    if is_ours(doc):
-        return [_clean(t) for t in read_chrome_doc(path, doc)]
-    return [_clean(t) for t in read_foreign_chrome(path, doc)]
+    doc, _ = _json_doc(path)
+    traces = read_held(path, lambda sink: _json_traces(path, doc, sink), max_events)
+    return [_clean(t) for t in traces]
 
 
 def part_of_file(
@@ -145,8 +183,88 @@ def part_of_file(
     steps: StepOptions | None = None,
 ) -> list[ProcessPart]:
     """What ``summary`` keeps of each process in the file at ``path``."""
-    if Path(path).suffix == ".db":
-        return [aggregate_db(Path(path), fold, steps)]
-    if Path(path).name.endswith(SPILL_SUFFIX):
-        return [aggregate_spill(Path(path), fold, steps)]
-    return [aggregate_trace(t, fold, steps) for t in read_trace_file(path)]
+    path = Path(path)
+    if path.suffix == ".db":
+        return [aggregate_db(path, fold, steps)]
+    if path.name.endswith(SPILL_SUFFIX):
+        return [aggregate_spill(path, fold, steps)]
+    doc, streamed = _json_doc(path)
+    if not streamed:
+        return [aggregate_trace(_clean(t), fold, steps) for t in _json_traces(path, doc)]
+    sink = HoldOrStream(fold, steps)
+    traces = _json_traces(path, doc, sink.add)
+    return sink.parts(traces, lambda t: aggregate_trace(_clean(t), fold, steps))
+
+
+def streams_of_file(
+    path: Path,
+    fold: Callable[[str], str] = fold_name,
+    steps: StepOptions | None = None,
+) -> list[tuple[RankTrace, StreamAggregator]]:
+    """Each trace in the file at ``path`` (without its records) and an aggregator of its
+    records and steps, which are not held (but a database's: read whole, as it always is)."""
+    path = Path(path)
+    if path.name.endswith(SPILL_SUFFIX):
+        agg = StreamAggregator(fold, steps)
+        return [(read_spill(path, sink=agg.add), agg)]
+    if path.suffix == ".db":
+        pairs = []
+        for trace in read_trace_file(path):
+            agg = StreamAggregator(fold, steps)
+            for rec in trace.records:
+                agg.add(rec)
+            trace.records = []
+            pairs.append((trace, agg))
+    else:
+        sink = HoldOrStream(fold, steps, hold=0)
+        doc, _ = _json_doc(path)
+        pairs = [(t, sink.stream_of(t)) for t in _json_traces(path, doc, sink.add)]
+    for trace, agg in pairs:
+        agg.file_steps.update(trace.steps)
+    return pairs
+
+
+#: Peak memory of reading a file, over a fresh worker's (about 25 MB), per byte of file, by kind;
+#: measured (Python 3.11, peak RSS of ``part_of_file`` in a fresh process): our Chrome trace of
+#: 16 MB parsed whole, 11 (180 MB; its records and their aggregation beside the parse); a spill
+#: held, 18 (550 MB for the 31 MB of a million events); a database summarised in SQL, 10
+#: (540 MB for the 57 MB of a million events, 80 MB for 8 MB).
+_PER_BYTE = {"json": 12, "spill": 19, "db": 10}
+#: The most a spill or Chrome trace read in one pass takes: a million records held and
+#: aggregated (a spill's, or a Chrome trace's read an event at a time, see
+#: :class:`~..stream.HoldOrStream`); measured 550 MB and 520 to 640 MB.
+_HELD_PEAK = 650 << 20
+#: A streamed spill's peak (its batches of a few MB, the aggregator): measured 30 MB.
+_STREAMED_PEAK = 40 << 20
+#: How much a gzip-compressed trace is taken to inflate, for the estimate (JSON traces compress
+#: 8 to 15 times).
+_GZIP_RATIO = 12
+
+
+def peak_estimate(path: Path) -> int:
+    """About how many bytes reading the file at ``path`` takes at its peak (over what the
+    reading process had before), from its kind and size (constants measured, see above): what
+    ``summary`` weighs to read several files at once within its memory.
+
+    >>> import tempfile
+    >>> f = Path(tempfile.mkdtemp()) / "rank0.trace.json"
+    >>> _ = f.write_bytes(b" " * 1000)
+    >>> peak_estimate(f)
+    12000
+    """
+    try:
+        size = os.stat(path).st_size
+    except OSError:
+        return 0  # the reader names it
+    name = path.name
+    if path.suffix == ".db":
+        return _PER_BYTE["db"] * size
+    if name.endswith(SPILL_SUFFIX):
+        if size > stream.MAX_SPILL_BYTES:
+            return _STREAMED_PEAK
+        return min(_PER_BYTE["spill"] * size, _HELD_PEAK)
+    if name.endswith(".gz"):
+        size *= _GZIP_RATIO
+    # Parsed whole up to WHOLE_JSON_BYTES, else an event at a time, its records held up to
+    # MAX_HELD_EVENTS: about as many records per byte either way.
+    return min(_PER_BYTE["json"] * size, _HELD_PEAK)
