@@ -1,23 +1,26 @@
-"""``summary`` of one large spill or Chrome trace: its peak memory and time (issue 20, item 14).
+"""``summary`` of one large spill, Chrome trace or database: its peak memory and time (issue 20,
+item 14).
 
 Builds a spill of ``N`` events (default 1e7) with the real writer (a :class:`Recorder` and a
 :class:`Spill` written every 20 000 steps, as the spill thread does; GRPO-shaped steps of 13
 ranges: step, gen, 8 decode steps, log-probs, reward, update_actor), or with ``--chrome`` one of
 our Chrome traces of ``N`` events (default 2e6, the most our exporter writes at exit) with the
-real writer (:func:`~mstx_marks.export.chrome.write_chrome_trace`, the same steps), then runs
+real writer (:func:`~mstx_marks.export.chrome.write_chrome_trace`, the same steps), or with ``--db``
+an Ascend database of them (:func:`~mstx_marks.export.ascend_db.write_ascend_db`), then runs
 ``python -m mstx_marks summary DIR --json`` on it in a fresh process and prints, as JSON: the
 events written and counted, the file's size, the command's peak RSS
-(``getrusage(RUSAGE_CHILDREN).ru_maxrss``: the file is built in this process, so the command
-is the only child) and its wall time. ``--in-memory`` lifts the limits of
+(``os.wait4``'s ``ru_maxrss`` of that child) and its wall time. ``--in-memory`` lifts the limits of
 :mod:`mstx_marks.analysis.stream` (and, for a Chrome trace, parses it whole) in the child, to
 see what holding every record would take.
 
 Run it from the repository root: ``python3 benchmarks/summary_memory.py [N] [--chrome]
 [--in-memory]``. The file is kept under ``--work`` and reused.
 
-Measured (Python 3.11, 2 CPUs): a spill of 1e7 events, 62 MB peak, 18.7 s (5.3 GB held); our
-Chrome trace of 2e6 events (230 MB), 270 MB, 31 s (streamed; held whole, 1.9 GB); of 1e6 events
-(115 MB), 667 MB, 25 s (held: exact).
+Measured (Python 3.11, 2 CPUs, peak RSS of the command): a spill of 1e7 events (305 MB), 63 MB,
+22 s (streamed; 5.3 GB held); our Chrome trace of 2e6 events (226 MB), 485 MB, 34 s (a million
+records held, then streamed; 2.5 GB parsed whole), of 1e6 events (113 MB), 544 MB, 24 s (held:
+exact); an Ascend database of 2e6 events (108 MB), 87 MB, 15 s (streamed from the cursor; 1.1 GB
+fetched whole), of 1e6 events (54 MB), 424 MB, 7.5 s (in SQL: exact).
 """
 
 from __future__ import annotations
@@ -25,7 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -38,6 +40,7 @@ sys.path.insert(0, str(REPO))
 
 from mstx_marks.backends.record import Recorder  # noqa: E402
 from mstx_marks.base.records import RangeRecord, RankTrace, Record  # noqa: E402
+from mstx_marks.export.ascend_db import write_ascend_db  # noqa: E402
 from mstx_marks.export.chrome import write_chrome_trace  # noqa: E402
 from mstx_marks.export.spill import Spill  # noqa: E402
 
@@ -79,14 +82,8 @@ def build(root: Path, events: int) -> Path:
     return root
 
 
-def build_chrome(root: Path, events: int) -> Path:
-    """A folder holding one of our Chrome traces of about ``events`` events (whole steps),
-    made once."""
-    done = root / ".complete"
-    if done.exists():
-        return root
-    shutil.rmtree(root, ignore_errors=True)
-    root.mkdir(parents=True)
+def steps_records(events: int) -> list[Record]:
+    """About ``events`` records of whole steps (see the module's docstring), one thread."""
     records: list[Record] = []
     pid, tid = 4242, 4243
     for n in range(events // PER_STEP):
@@ -101,25 +98,45 @@ def build_chrome(root: Path, events: int) -> Path:
         for k, name in enumerate(("old_log_prob", "reward", "update_actor")):
             start = t + 40_000 + k * 15_000
             records.append(RangeRecord(name, "default", start, start + 10_000, tid, pid))
-    write_chrome_trace(
-        root / "rank0.trace.json", [RankTrace(0, records, role="trainer", run="bench")]
-    )
+    return records
+
+
+def build_chrome(root: Path, events: int, db: bool = False) -> Path:
+    """A folder holding one of our Chrome traces (or, with ``db``, one Ascend database) of about
+    ``events`` events (whole steps), made once."""
+    done = root / ".complete"
+    if done.exists():
+        return root
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    trace = RankTrace(0, steps_records(events), role="trainer", run="bench")
+    if db:
+        write_ascend_db(root / "ascend_pytorch_profiler_0.db", trace)
+    else:
+        write_chrome_trace(root / "rank0.trace.json", [trace])
     done.write_text("")
     return root
 
 
-def measure(root: Path, in_memory: bool, timeout: float) -> dict[str, object]:
+def measure(root: Path, in_memory: bool) -> dict[str, object]:
     head = ["-c", _HELD] if in_memory else ["-m", "mstx_marks"]
     cmd = [sys.executable, *head, "summary", str(root), "--json"]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     start = time.monotonic()
-    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
-    wall = time.monotonic() - start
-    if done.returncode != 0:
-        raise SystemExit(f"summary failed ({done.returncode}): {done.stderr[-2000:]}")
-    doc = json.loads(done.stdout)
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, text=True, env=env)
+        # wait4: this child's own peak (RUSAGE_CHILDREN would hold any earlier child's too)
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        wall = time.monotonic() - start
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
+    if proc.returncode != 0:
+        raise SystemExit(f"summary failed ({proc.returncode}): {stderr[-2000:]}")
+    doc = json.loads(stdout)
     counted = sum(p["all"]["count"] for p in doc["phases"])
-    peak_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss  # kilobytes on Linux
+    peak_kb = usage.ru_maxrss  # kilobytes on Linux
     return {
         "counted": counted,
         "streamed": any("summarised in one pass" in n for n in doc["notes"]),
@@ -133,28 +150,29 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("events", nargs="?", type=float, default=None)
     parser.add_argument("--chrome", action="store_true", help="a Chrome trace, not a spill")
+    parser.add_argument("--db", action="store_true", help="an Ascend database, not a spill")
     parser.add_argument("--in-memory", action="store_true", help="lift the stream's limits")
-    parser.add_argument("--timeout", type=float, default=1800)
     parser.add_argument(
         "--work", default=str(Path(tempfile.gettempdir()) / "mstx_marks_summary_memory")
     )
     args = parser.parse_args()
-    events = int(args.events or (2e6 if args.chrome else 1e7))
+    events = int(args.events or (2e6 if args.chrome or args.db else 1e7))
     t = time.monotonic()
-    if args.chrome:
-        root = build_chrome(Path(args.work) / f"chrome_{events}", events)
-        (file,) = root.glob("*.trace.json")
+    if args.chrome or args.db:
+        kind = "db" if args.db else "chrome"
+        root = build_chrome(Path(args.work) / f"{kind}_{events}", events, args.db)
+        (file,) = root.glob("*.db" if args.db else "*.trace.json")
     else:
         root = build(Path(args.work) / f"spill_{events}", events)
         (file,) = (root / "spill").glob("*.jsonl")
     built = time.monotonic() - t
     result = {
-        "kind": "chrome" if args.chrome else "spill",
+        "kind": "db" if args.db else "chrome" if args.chrome else "spill",
         "events": events // PER_STEP * PER_STEP,
         "file_mb": round(file.stat().st_size / 2**20),
         "build_s": round(built, 1),
         "in_memory": args.in_memory,
-        **measure(root, args.in_memory, args.timeout),
+        **measure(root, args.in_memory),
     }
     print(json.dumps(result))
     if result["counted"] != result["events"]:

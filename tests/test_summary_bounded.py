@@ -536,3 +536,46 @@ def test_h_a_large_chrome_trace_is_summarised_in_bounded_memory(tmp_path: Path) 
     assert summary["ranks"]["trainer:0"]["steps"] == CHROME_EVENTS // 10
     assert "summarised in one pass" in proc.stderr
     assert int(peak_mb) < 600, peak_mb
+
+
+# --- databases --------------------------------------------------------------------------------
+
+
+def write_db(out: Path) -> Path:
+    """The spill of :func:`write_spill` as an Ascend database, by the real exporter."""
+    from mstx_marks.export import ascend_db_path, write_ascend_db
+
+    trace = read_spill(write_spill(out))
+    return write_ascend_db(ascend_db_path(out, trace.rank), trace)
+
+
+def test_a_database_past_the_limit_is_streamed_with_the_same_figures(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Summarised in SQL up to MAX_HELD_EVENTS rows (its rows fetched whole: 540 MB a million),
+    its rows streamed from the cursor past that (1111 MB peak for 2e6 events before)."""
+    from mstx_marks.export import read_ascend_db
+
+    db = write_db(tmp_path)
+    (held,) = part_of_file(db)
+    limit(monkeypatch, 1000)
+    (streamed,) = part_of_file(db)
+    assert streamed.n_records > 1000
+    assert_same(held, streamed)
+    got: list[Any] = []
+    trace = read_ascend_db(db, sink=got.append)
+    assert trace.records == [] and got == read_ascend_db(db).records
+
+
+def test_timelines_name_a_database_too_large_and_summary_still_counts_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = write_db(tmp_path)
+    limit(monkeypatch, 1000)
+    with pytest.raises(stream.TooLargeToHold, match="holds more than 1000 events") as e:
+        read_trace_file(db)
+    assert str(db) in str(e.value)
+    summary = summarize_path(db, jobs=1, progress=False)
+    assert summary.errors == []
+    assert sum(p.overall.count for p in summary.phases) > 1000
+    assert any("summarised in one pass" in n for n in summary.notes), summary.notes

@@ -48,7 +48,7 @@ import socket
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import closing
 from datetime import datetime
 from pathlib import Path
@@ -77,6 +77,7 @@ __all__ = [
     "db_role",
     "rank_of_db",
     "read_ascend_db",
+    "text",
     "write_ascend_db",
 ]
 
@@ -379,18 +380,23 @@ def db_role(db: sqlite3.Connection, tables: set[str]) -> str:
     return role if isinstance(role, str) else ""
 
 
-def read_ascend_db(path: str | Path) -> RankTrace:
+def read_ascend_db(
+    path: str | Path, *, sink: Callable[[Record], object] | None = None
+) -> RankTrace:
     """Read the MSTX events and steps of one database, ours or torch_npu's.
 
     Push/pop ranges (type 1) count as ranges, and so do host-only ones (``connectionId``
     4294967295): ``mstx_sum`` drops those, but they are phases the user marked. Marks of both
     kinds (``marker`` 0 and ``marker_ex`` 3) are instants. The rank comes
     from the file name, else from ``profiler_info_<rank>.json``, else is 0.
+    With ``sink``, each record is handed to it as its row is read instead of kept (the trace
+    returned has none): memory stays that of a row, whatever the database holds.
     Raises :class:`TraceFileError`, naming the file, when it is not such a database.
     """
     path = Path(path)
     if not path.is_file():
         raise TraceFileError(path, "no such file")
+    records: list[Record] = []
     try:
         with closing(sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)) as db:
             tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
@@ -404,7 +410,10 @@ def read_ascend_db(path: str | Path) -> RankTrace:
                 )
             else:
                 query = _EVENTS_QUERY.format(args="NULL", join="")
-            rows = db.execute(query, kinds).fetchall()
+            try:
+                skipped = _records(db.execute(query, kinds), sink or records.append)
+            except (TypeError, ValueError, OverflowError) as e:
+                raise TraceFileError(path, f"has a malformed MSTX_EVENTS row ({e})") from e
             steps = []
             if "STEP_TIME" in tables:
                 query = (
@@ -420,31 +429,43 @@ def read_ascend_db(path: str | Path) -> RankTrace:
         raise TraceFileError(path, f"has a malformed STEP_TIME row ({e})") from e
     except sqlite3.Error as e:
         raise TraceFileError(path, f"is not a readable profiler database ({e})") from e
-    records: list[Record] = []
-    skipped = 0
-    try:
-        for start, end, kind, name, domain, gtid, args_text in rows:
-            instant = kind in (EVENT_INSTANT, EVENT_MARKER)
-            if start is None or (not instant and end is None):
-                continue
-            args = _loads_args(args_text)
-            gtid = int(gtid or 0)
-            name = name if name is not None else "<unnamed>"
-            domain = domain or "default"
-            tid, pid = gtid & 0xFFFFFFFF, gtid >> 32
-            if instant:
-                records.append(InstantRecord(name, domain, int(start), tid, pid, args))
-            elif int(end) >= int(start):
-                records.append(
-                    RangeRecord(name, domain, int(start), int(end), tid, pid, False, args)
-                )
-            else:
-                skipped += 1  # ends before it starts: not a duration
-    except (TypeError, ValueError, OverflowError) as e:
-        raise TraceFileError(path, f"has a malformed MSTX_EVENTS row ({e})") from e
     trace = RankTrace(rank_of_db(path), records, steps, path, role, skipped=skipped)
     trace.run, trace.instance, trace.dropped = about.run, about.instance, about.dropped
     return trace
+
+
+def text(value: Any, default: str) -> str:
+    """A name as read from a database: ``None`` is ``default``, bytes are decoded.
+
+    >>> text(b"gen\\xff", "x"), text(None, "<unnamed>"), text(7, "")
+    ('gen\\ufffd', '<unnamed>', '7')
+    """
+    if value is None:
+        return default
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return str(value)
+
+
+def _records(rows: Iterable[Any], sink: Callable[[Record], object]) -> int:
+    """Hand the records of ``rows`` (``_EVENTS_QUERY``'s) to ``sink``; how many were skipped."""
+    skipped = 0
+    for start, end, kind, name, domain, gtid, args_text in rows:
+        instant = kind in (EVENT_INSTANT, EVENT_MARKER)
+        if start is None or (not instant and end is None):
+            continue
+        args = _loads_args(args_text)
+        gtid = int(gtid or 0)
+        name = text(name, "<unnamed>")  # a BLOB (another tool's) as UTF-8, with replacement
+        domain = text(domain or None, "default")
+        tid, pid = gtid & 0xFFFFFFFF, gtid >> 32
+        if instant:
+            sink(InstantRecord(name, domain, int(start), tid, pid, args))
+        elif int(end) >= int(start):
+            sink(RangeRecord(name, domain, int(start), int(end), tid, pid, False, args))
+        else:
+            skipped += 1  # ends before it starts: not a duration
+    return skipped
 
 
 def _loads_args(text: Any) -> dict[str, Any] | None:

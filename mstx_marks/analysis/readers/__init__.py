@@ -45,7 +45,7 @@ from mstx_marks.analysis import stream
 from mstx_marks.analysis.aggregate import ProcessPart, aggregate_trace
 from mstx_marks.analysis.mark_pairs import pair_marks
 from mstx_marks.analysis.readers import chrome_json
-from mstx_marks.analysis.readers.ascend_sql import aggregate_db, text
+from mstx_marks.analysis.readers.ascend_sql import aggregate_db, db_events
 from mstx_marks.analysis.readers.chrome_json import (
     NothingToRead,
     read_foreign_chrome,
@@ -60,7 +60,7 @@ from mstx_marks.analysis.stream import (
     read_spill_held,
 )
 from mstx_marks.base.records import RankTrace, Record
-from mstx_marks.export.ascend_db import read_ascend_db
+from mstx_marks.export.ascend_db import read_ascend_db, text
 from mstx_marks.export.chrome import (
     JsonTooLarge,
     RecordSink,
@@ -157,6 +157,14 @@ def _json_doc(path: Path) -> tuple[Any, bool]:
         return stream_trace_json(path), True
 
 
+def _db_traces(path: Path, sink: RecordSink) -> list[RankTrace]:
+    """The database's trace, its records handed to ``sink`` as :func:`read_held` takes them."""
+    trace = RankTrace(0, [])
+    found = read_ascend_db(path, sink=lambda rec: sink(trace, rec))
+    found.records = trace.records
+    return [found]
+
+
 def _json_traces(path: Path, doc: Any, sink: RecordSink | None = None) -> list[RankTrace]:
     if is_ours(doc):
         return read_chrome_doc(path, doc, sink)
@@ -169,7 +177,8 @@ def read_trace_file(path: Path, max_events: int | None = None) -> list[RankTrace
     many as are held, see above)."""
     path = Path(path)
     if path.suffix == ".db":
-        return [_clean(read_ascend_db(path))]
+        traces = read_held(path, lambda sink: _db_traces(path, sink), max_events)
+        return [_clean(t) for t in traces]
     if path.name.endswith(SPILL_SUFFIX):
         return [_clean(read_spill_held(path, max_events))]
     doc, _ = _json_doc(path)
@@ -185,7 +194,9 @@ def part_of_file(
     """What ``summary`` keeps of each process in the file at ``path``."""
     path = Path(path)
     if path.suffix == ".db":
-        return [aggregate_db(path, fold, steps)]
+        if db_events(path) <= stream.MAX_HELD_EVENTS:
+            return [aggregate_db(path, fold, steps)]  # in SQL, self times and all
+        return [agg.part(trace) for trace, agg in streams_of_file(path, fold, steps)]
     if path.name.endswith(SPILL_SUFFIX):
         return [aggregate_spill(path, fold, steps)]
     doc, streamed = _json_doc(path)
@@ -208,13 +219,8 @@ def streams_of_file(
         agg = StreamAggregator(fold, steps)
         return [(read_spill(path, sink=agg.add), agg)]
     if path.suffix == ".db":
-        pairs = []
-        for trace in read_trace_file(path):
-            agg = StreamAggregator(fold, steps)
-            for rec in trace.records:
-                agg.add(rec)
-            trace.records = []
-            pairs.append((trace, agg))
+        agg = StreamAggregator(fold, steps)
+        pairs = [(_clean(read_ascend_db(path, sink=agg.add)), agg)]
     else:
         sink = HoldOrStream(fold, steps, hold=0)
         doc, _ = _json_doc(path)
@@ -230,9 +236,9 @@ def streams_of_file(
 #: held, 18 (550 MB for the 31 MB of a million events); a database summarised in SQL, 10
 #: (540 MB for the 57 MB of a million events, 80 MB for 8 MB).
 _PER_BYTE = {"json": 12, "spill": 19, "db": 10}
-#: The most a spill or Chrome trace read in one pass takes: a million records held and
-#: aggregated (a spill's, or a Chrome trace's read an event at a time, see
-#: :class:`~..stream.HoldOrStream`); measured 550 MB and 520 to 640 MB.
+#: The most a spill, Chrome trace or database read in one pass takes: a million records held
+#: and aggregated (a spill's, a Chrome trace's read an event at a time, see
+#: :class:`~..stream.HoldOrStream`; a database's in SQL); measured 550 MB, 520 to 640 MB, 540 MB.
 _HELD_PEAK = 650 << 20
 #: A streamed spill's peak (its batches of a few MB, the aggregator): measured 30 MB.
 _STREAMED_PEAK = 40 << 20
@@ -257,8 +263,8 @@ def peak_estimate(path: Path) -> int:
     except OSError:
         return 0  # the reader names it
     name = path.name
-    if path.suffix == ".db":
-        return _PER_BYTE["db"] * size
+    if path.suffix == ".db":  # (past MAX_HELD_EVENTS rows it is streamed: no more than that)
+        return min(_PER_BYTE["db"] * size, _HELD_PEAK)
     if name.endswith(SPILL_SUFFIX):
         if size > stream.MAX_SPILL_BYTES:
             return _STREAMED_PEAK

@@ -46,9 +46,10 @@ from mstx_marks.export.ascend_db import (
     db_process,
     db_role,
     rank_of_db,
+    text,
 )
 
-__all__ = ["aggregate_db", "text"]
+__all__ = ["aggregate_db", "db_events"]
 
 _MARKS = f"({EVENT_MARKER}, {EVENT_INSTANT})"
 _KINDS = f"({EVENT_MARKER}, {EVENT_PUSH_POP}, {EVENT_RANGE}, {EVENT_INSTANT})"
@@ -61,21 +62,19 @@ _VALID = (
 )
 
 
-def text(value: Any, default: str) -> str:
-    """A name as read from a database: ``None`` is ``default``, bytes are decoded.
-
-    >>> text(b"gen\\xff", "x"), text(None, "<unnamed>"), text(7, "")
-    ('gen\\ufffd', '<unnamed>', '7')
-    """
-    if value is None:
-        return default
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
-    return str(value)
-
-
 def _query(db: sqlite3.Connection, sql: str, *params: Any) -> list[Any]:
     return db.execute(sql, params).fetchall()
+
+
+def db_events(path: Path) -> int:
+    """How many MSTX events the database at ``path`` holds (0 when it cannot be read: then
+    :func:`aggregate_db` names it and why); one ``COUNT``, whatever its size."""
+    try:
+        with closing(sqlite3.connect(f"{Path(path).resolve().as_uri()}?mode=ro", uri=True)) as db:
+            ((n,),) = _query(db, "SELECT COUNT(*) FROM MSTX_EVENTS")
+            return int(n)
+    except (sqlite3.Error, OSError, TypeError, ValueError):
+        return 0
 
 
 def aggregate_db(
