@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from mstx_marks.analysis import readers, stream
 from mstx_marks.analysis import summary as summary_module
@@ -579,3 +581,63 @@ def test_timelines_name_a_database_too_large_and_summary_still_counts_it(
     assert summary.errors == []
     assert sum(p.overall.count for p in summary.phases) > 1000
     assert any("summarised in one pass" in n for n in summary.notes), summary.notes
+
+
+# --- the incremental JSON parser against json.loads ------------------------------------------
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+_DOCS = st.one_of(
+    st.lists(_JSON, max_size=6),
+    st.tuples(
+        st.dictionaries(
+            st.text(max_size=5).filter(lambda k: k != "traceEvents"), _JSON, max_size=3
+        ),
+        st.lists(_JSON, max_size=6),
+        st.dictionaries(
+            st.text(max_size=5).filter(lambda k: k != "traceEvents"), _JSON, max_size=3
+        ),
+    ).map(
+        lambda t: {**t[0], "traceEvents": t[1], **{k: v for k, v in t[2].items() if k not in t[0]}}
+    ),
+)
+
+
+def _streamed(path: Path) -> Any:
+    doc = chrome_json.stream_trace_json(path)
+    if isinstance(doc, chrome_json.JsonEvents):
+        return list(doc)
+    if "traceEvents" in doc:
+        doc["traceEvents"] = list(doc["traceEvents"])
+    return doc
+
+
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(doc=_DOCS, chunk=st.integers(1, 64), indent=st.sampled_from([None, 1]), cut=st.floats(0, 1))
+def test_the_incremental_parser_reads_what_json_loads_reads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, doc: Any, chunk: int, indent: Any, cut: float
+) -> None:
+    """Valid text gives json.loads's document, in chunks of 1 to 64 characters; text cut short
+    or spoiled gives an error naming the file exactly when json.loads refuses it."""
+    monkeypatch.setattr(chrome_json, "_CHUNK", chunk)
+    path = tmp_path / "t.trace.json"
+    text = json.dumps(doc, indent=indent, ensure_ascii=False)
+    path.write_text(text, encoding="utf-8")
+    assert _streamed(path) == json.loads(text)
+    spoiled = text[: int(len(text) * cut)] if cut < 0.5 else text[: int(len(text) * cut)] + "x"
+    path.write_text(spoiled, encoding="utf-8")
+    try:
+        expected = json.loads(spoiled)
+    except ValueError:
+        with pytest.raises(TraceFileError, match=str(path)):
+            _streamed(path)
+    else:
+        if isinstance(expected, (dict, list)):
+            assert _streamed(path) == expected
