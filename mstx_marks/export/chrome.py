@@ -36,10 +36,8 @@ every nanosecond, so :func:`read_chrome_trace` gives back exactly what was recor
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
-import stat
 import threading
 import time
 import zlib
@@ -47,7 +45,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, NamedTuple, Sequence
 
 from mstx_marks.base.records import InstantRecord, RangeRecord, RankTrace, Record, TraceFileError
-from mstx_marks.export.files import atomic_path
+from mstx_marks.export.files import atomic_path, open_regular
 
 __all__ = [
     "GENERATOR",
@@ -447,13 +445,7 @@ class JsonTooLarge(TraceFileError):
 def _read_bounded(path: Path, limit: int) -> bytes:
     """The file's bytes (gunzipped for ``.gz``), refused past ``limit`` (a gzip that inflates
     to gigabytes is stopped there) and when it is not a regular file (a FIFO)."""
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
-    fd = os.open(path, flags)
-    with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise TraceFileError(path, "is not a regular file; not read")
-        os.set_blocking(fd, True)
-        source: Any = gzip.GzipFile(fileobj=f) if path.name.endswith(".gz") else f
+    with open_regular(path, gunzip=True) as source:
         raw = source.read(limit + 1)
     if len(raw) > limit:
         raise JsonTooLarge(

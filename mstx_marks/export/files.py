@@ -18,6 +18,7 @@ b'{}'
 from __future__ import annotations
 
 import contextlib
+import gzip
 import os
 import re
 import signal
@@ -27,7 +28,9 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import BinaryIO, Iterator
+
+from mstx_marks.base.records import TraceFileError
 
 __all__ = [
     "UnsafeOutput",
@@ -36,6 +39,7 @@ __all__ = [
     "atomic_write_bytes",
     "is_temp_name",
     "open_new_file",
+    "open_regular",
     "our_folder",
     "sweep_temps",
 ]
@@ -107,6 +111,32 @@ def open_new_file(path: str | Path) -> int:
         os.close(fd)
         raise UnsafeOutput(f"not writing {path}: it is not a regular file")
     return fd
+
+
+@contextlib.contextmanager
+def open_regular(path: str | Path, *, gunzip: bool = False) -> Iterator[BinaryIO]:
+    """``path`` opened for reading, gunzipped with ``gunzip`` when its name ends in ``.gz``;
+    :class:`~mstx_marks.base.records.TraceFileError` naming it when it is not a regular file
+    (a FIFO would block its reader for ever), found without blocking.
+
+    >>> import tempfile
+    >>> path = Path(tempfile.mkdtemp()) / "a.jsonl"
+    >>> _ = path.write_bytes(b"{}")
+    >>> with open_regular(path) as f:
+    ...     f.read()
+    b'{}'
+    """
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(path, flags)
+    with os.fdopen(fd, "rb") as raw:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise TraceFileError(Path(path), "is not a regular file; not read")
+        os.set_blocking(fd, True)
+        if gunzip and str(path).endswith(".gz"):
+            with gzip.GzipFile(fileobj=raw) as inflated:
+                yield inflated  # type: ignore[misc]
+        else:
+            yield raw
 
 
 @contextlib.contextmanager

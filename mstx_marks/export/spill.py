@@ -54,7 +54,6 @@ import json
 import os
 import secrets
 import socket
-import stat
 import sys
 import threading
 import time
@@ -80,7 +79,7 @@ from mstx_marks.base.records import (
     TraceFileError,
     plain_args,
 )
-from mstx_marks.export.files import UnsafeOutput, open_new_file, our_folder
+from mstx_marks.export.files import UnsafeOutput, open_new_file, open_regular, our_folder
 
 __all__ = ["EXPORT_FACTOR", "MAX_LINE", "SPILL_SUFFIX", "Spill", "read_spill", "spill_path"]
 
@@ -474,20 +473,6 @@ def _lines(f: BinaryIO, skipped: list[int]) -> Iterator[bytes]:
         yield rest
 
 
-def _open_regular(path: Path) -> BinaryIO:
-    """``path`` opened for reading if it is a regular file (a FIFO would block for ever)."""
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
-    fd = os.open(path, flags)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise TraceFileError(path, "is not a regular file; not read")
-        os.set_blocking(fd, True)
-        return os.fdopen(fd, "rb")
-    except BaseException:
-        os.close(fd)
-        raise
-
-
 class _Reader:
     """One spill's lines turned into records (see :func:`read_spill`)."""
 
@@ -634,7 +619,7 @@ def read_spill(
     path = Path(path)
     skipped = [0]
     try:
-        with _open_regular(path) as f:
+        with open_regular(path) as f:
             lines = _lines(f, skipped)
             first = next(lines, b"")
             try:

@@ -40,12 +40,9 @@ metadata events anywhere in it), up to :data:`MAX_STREAMED_JSON_BYTES` and
 
 from __future__ import annotations
 
-import gzip
 import io
 import json
-import os
 import re
-import stat
 import zlib
 from contextlib import contextmanager
 from pathlib import Path
@@ -54,6 +51,7 @@ from typing import IO, Any, Iterable, Iterator
 from mstx_marks.analysis.steps import PROFILER_STEP
 from mstx_marks.base.records import InstantRecord, RangeRecord, RankTrace, Record, TraceFileError
 from mstx_marks.export.chrome import RecordSink
+from mstx_marks.export.files import open_regular
 
 __all__ = [
     "MAX_STREAMED_EVENTS",
@@ -416,15 +414,11 @@ def _items(text: _Text) -> Iterator[Any]:
 def _open_text(path: Path) -> Iterator[IO[str]]:
     """The file's text (gunzipped for ``.gz``, decoded as :func:`json.loads` decodes UTF-8);
     refused when it is not a regular file (a FIFO), as the whole parse refuses it."""
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
-    fd = os.open(path, flags)
-    with os.fdopen(fd, "rb") as raw:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise TraceFileError(path, "is not a regular file; not read")
-        os.set_blocking(fd, True)
-        source: Any = gzip.GzipFile(fileobj=raw) if path.name.endswith(".gz") else raw
-        with io.TextIOWrapper(source, "utf-8-sig", "surrogatepass", newline="") as f:
-            yield f
+    with (
+        open_regular(path, gunzip=True) as source,
+        io.TextIOWrapper(source, "utf-8-sig", "surrogatepass", newline="") as f,
+    ):
+        yield f
 
 
 class _Text:
