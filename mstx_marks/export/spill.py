@@ -84,7 +84,9 @@ from mstx_marks.export.files import UnsafeOutput, open_new_file, open_regular, o
 __all__ = ["EXPORT_FACTOR", "MAX_LINE", "SPILL_SUFFIX", "Spill", "read_spill", "spill_path"]
 
 SPILL_SUFFIX = ".jsonl"
-_BATCH = 16384  # slots per drain: one chunk, a block line of about 0.5 MB (under MAX_LINE)
+# Slots per drain: a block line of about 260 KB (under MAX_LINE). Half a chunk: the exit's last
+# spill then holds half as much at once, at the same cost per event.
+_BATCH = 8192
 _FORMAT = 2
 _SWAP = sys.byteorder == "big"  # blocks are little-endian on disk
 #: A line longer than this is not ours (a spill's lines are short): skipped, counted, never held.
@@ -637,7 +639,7 @@ def read_spill(
                 if line.strip():
                     batch.append(line)
                     size += len(line)
-                # Batches of a few MB at most: a block line holds up to 16,384 events.
+                # Batches of a few MB at most: a block line holds thousands of events.
                 if len(batch) >= 4096 or size >= _READ_BATCH_BYTES:
                     reader.feed(batch)
                     batch, size = [], 0
