@@ -215,22 +215,17 @@ class _Marks:
 class StreamAggregator:
     """A :class:`~mstx_marks.analysis.aggregate.ProcessPart` built one record at a time (see the
     module's docstring): :meth:`add` each record, in any order, then :meth:`part`.
-
-    With ``hold``, the first ``hold`` records are only kept (``held``); past that many they
-    are counted and dropped, and ``held`` becomes None: the caller that finds ``held`` still
-    set aggregates those records in memory, exactly (self times included).
+    (:class:`HoldOrStream` holds a file's records while they are few enough to aggregate
+    exactly, and hands them to aggregators past that.)
     """
 
     def __init__(
         self,
         fold: Callable[[str], str] = fold_name,
         steps: StepOptions | None = None,
-        hold: int = 0,
     ) -> None:
         self.fold = fold
         self.options = steps or StepOptions()
-        self.hold = hold
-        self.held: list[Record] | None = [] if hold else None
         self.n_records = 0
         self.backwards = 0  # ranges that end before they start: skipped, as aggregate_trace does
         self.pids: set[int] = set()
@@ -253,14 +248,6 @@ class StreamAggregator:
 
     def add(self, rec: Record) -> None:
         """Count one record (what :func:`~mstx_marks.export.spill.read_spill` hands its sink)."""
-        held = self.held
-        if held is not None:
-            held.append(rec)
-            if len(held) > self.hold:
-                self.held = None
-                for r in held:
-                    self.add(r)
-            return
         self.n_records += 1
         self.pids.add(rec.pid)
         start = rec.start_ns
@@ -334,8 +321,6 @@ class StreamAggregator:
 
     def merge(self, other: StreamAggregator) -> StreamAggregator:
         """Add ``other``'s records (another process of the same rank and role) to these."""
-        if self.held is not None or other.held is not None:
-            raise ValueError("merge() takes aggregators that hold no records")
         self.n_records += other.n_records
         self.backwards += other.backwards
         self.pids |= other.pids
@@ -365,10 +350,6 @@ class StreamAggregator:
     def part(self, trace: RankTrace) -> ProcessPart:
         """The part of the records added, with ``trace``'s rank, role, source and what its
         reader counted (dropped, skipped, complete); ends this aggregator's use."""
-        if self.held is not None:  # never went past hold: stream them now
-            held, self.held = self.held, None
-            for r in held:
-                self.add(r)
         self._pair_marks()
         options = self.options.resolved(self.names)
         step_names = [n for n in self.names if options.is_step(n, self.fold)]
@@ -457,13 +438,23 @@ def aggregate_spill(
     holds at most :data:`MAX_HELD_EVENTS` events in at most :data:`MAX_SPILL_BYTES`; else as
     :func:`aggregate_spill_stream` (``streamed``), in the same single read."""
     path = Path(path)
-    hold = MAX_HELD_EVENTS if _size(path) <= MAX_SPILL_BYTES else 0
-    agg = StreamAggregator(fold, steps, hold)
-    trace = read_spill(path, sink=agg.add)
-    if agg.held is None:
-        return agg.part(trace)
-    trace.records = sorted(agg.held, key=lambda r: r.start_ns)  # as read_spill sorts them
-    return aggregate_trace(trace, fold, steps)
+    sink = HoldOrStream(fold, steps, MAX_HELD_EVENTS if _size(path) <= MAX_SPILL_BYTES else 0)
+    holder = RankTrace(0, [])
+    found = read_spill(path, sink=lambda rec: sink.add(holder, rec))
+    if sink.streaming:
+        return sink.stream_of(holder).part(found)
+    found.records = sorted(holder.records, key=lambda r: r.start_ns)  # as read_spill sorts them
+    return aggregate_trace(found, fold, steps)
+
+
+def _spill_traces(path: Path, sink: RecordSink) -> list[RankTrace]:
+    """The spill's trace, its records handed to ``sink``, which :func:`read_held` keeps in a
+    trace of them: sorted by start, as :func:`~mstx_marks.export.spill.read_spill` sorts."""
+    trace = RankTrace(0, [])
+    found = read_spill(path, sink=lambda rec: sink(trace, rec))
+    found.records = trace.records
+    found.records.sort(key=lambda r: r.start_ns)  # as read_spill sorts what it keeps
+    return [found]
 
 
 def read_spill_held(path: str | Path, max_events: int | None = None) -> RankTrace:
@@ -491,19 +482,7 @@ def read_spill_held(path: str | Path, max_events: int | None = None) -> RankTrac
     size = _size(path)
     if size > MAX_SPILL_BYTES:
         raise TooLargeToHold(path, _too_large(f"is a spill of {size >> 20} MB", limit, True))
-    held: list[Record] = []
-
-    def sink(rec: Record) -> None:
-        if len(held) >= limit:
-            raise _Full
-        held.append(rec)
-
-    try:
-        trace = read_spill(path, sink=sink)
-    except _Full:
-        why = _too_large(f"holds more than {limit} events", limit, True)
-        raise TooLargeToHold(path, why) from None
-    trace.records = sorted(held, key=lambda r: r.start_ns)
+    (trace,) = read_held(path, lambda sink: _spill_traces(path, sink), limit, spill=True)
     return trace
 
 
@@ -511,6 +490,8 @@ def read_held(
     path: str | Path,
     read: Callable[[RecordSink], list[RankTrace]],
     max_events: int | None = None,
+    *,
+    spill: bool = False,
 ) -> list[RankTrace]:
     """``read(sink)``: the traces a reader makes of the file at ``path``, handing their records
     to ``sink`` (:data:`~mstx_marks.export.chrome.RecordSink`), with every record when there
@@ -543,7 +524,7 @@ def read_held(
     try:
         return read(sink)
     except _Full:
-        why = _too_large(f"holds more than {limit} events", limit, False)
+        why = _too_large(f"holds more than {limit} events", limit, spill)
         raise TooLargeToHold(path, why) from None
 
 

@@ -208,9 +208,6 @@ class Spill:
         self._pending = b""
         #: Whether the last line on disk is the ``complete`` mark (nothing written since).
         self._complete = False
-        # (name, domain) -> their JSON text: events repeat a few names, and encoding each
-        # event with json.dumps costs several times the rest of the spill.
-        self._quoted: dict[tuple[str, str], str] = {}
         self._registered = False
         #: How many of the recorder's names (in its generation) and of the process's thread
         #: numbers the file defines so far.
@@ -240,25 +237,6 @@ class Spill:
                 spills.add(self)
                 self._registered = True
             return len(spills) <= 1
-
-    def _encode(self, events: list[Record]) -> list[str]:
-        quoted, out = self._quoted, []
-        for e in events:
-            if e.args:
-                out.append(_dumps(_line(e)))
-                continue
-            nd = quoted.get((e.name, e.domain))
-            if nd is None:
-                nd = quoted[(e.name, e.domain)] = (
-                    json.dumps(e.name, ensure_ascii=False) + "," + json.dumps(e.domain)
-                )
-            if type(e) is InstantRecord:
-                out.append(f'["i",{nd},{e.start_ns},null,{e.thread}]')
-            elif e.open:  # type: ignore[union-attr]
-                out.append(f'["o",{nd},{e.start_ns},{e.end_ns},{e.thread}]')  # type: ignore[union-attr]
-            else:
-                out.append(f'["r",{nd},{e.start_ns},{e.end_ns},{e.thread}]')  # type: ignore[union-attr]
-        return out
 
     def _header(self) -> dict[str, Any]:
         return {
@@ -363,7 +341,9 @@ class Spill:
             return
         parts = [_utf8("\n".join(self._tables()))] if blocks else []
         parts += [_block_line(b) for b in blocks]
-        parts.append(_utf8("\n".join(self._encode(events) + [json.dumps(m) for m in meta])))
+        # Events a block does not carry are few (ranges that outlived a write, events with args).
+        lines = [_dumps(_line(e)) for e in events] + [json.dumps(m) for m in meta]
+        parts.append(_utf8("\n".join(lines)))
         self.events += len(events) + sum(b.events for b in blocks)
         data = b"\n".join([p for p in parts if p] + [b""])  # (the last line's end)
         if self._pending:
@@ -560,23 +540,19 @@ class _Reader:
 
     def _table(self, item: dict[str, Any]) -> bool:
         """Take a ``names`` or ``threads`` line; whether it was one."""
-        for field, table in (("names", self.names), ("threads", self.threads)):
-            if field in item:
-                try:
-                    first, values = item[field]
-                    for i, value in enumerate(values, _int(first, 0)):
-                        if field == "threads":
-                            table[i] = _int(value, 0)  # type: ignore[assignment]
-                        elif (
-                            type(value) is list
-                            and len(value) == 2
-                            and all(type(v) is str for v in value)
-                        ):
-                            table[i] = tuple(value)  # type: ignore[assignment]
-                except (TypeError, ValueError):
-                    self.skipped += 1
-                return True
-        return False
+        field = "names" if "names" in item else "threads" if "threads" in item else None
+        if field is None:
+            return False
+        try:
+            first, values = item[field]
+            for i, value in enumerate(values, _int(first, 0)):
+                if field == "threads":
+                    self.threads[i] = _int(value, 0)
+                elif type(value) is list and len(value) == 2 and all(type(v) is str for v in value):
+                    self.names[i] = (value[0], value[1])
+        except (TypeError, ValueError):
+            self.skipped += 1
+        return True
 
     def _meta(self, item: dict[str, Any]) -> None:
         if self._table(item):
