@@ -153,13 +153,15 @@ class Mark:
             except Exception as exc:
                 handle = fault(start, exc)
         # The first entry keeps its range in a slot, with the frame that entered it; claiming the
-        # slot is a check and stores with no call between them, which the GIL does not split.
+        # slot is a check and stores with no call between them, which the GIL does not split
+        # (the frame is read first: a thread may switch right after any call returns).
         # Later entries (nested, other threads, tasks, generators, hooks) go to `_more`.
+        frame = sys._getframe(1)
         if self._rid is None and not self._more:
             # `or 0`: a backend may say "not recorded" with None, which would free the slot.
-            self._rid, self._end, self._frame = handle or 0, end, sys._getframe(1)
+            self._rid, self._end, self._frame = handle or 0, end, frame
         else:
-            entry, tid = (sys._getframe(1), handle, end), get_ident()
+            entry, tid = (frame, handle, end), get_ident()
             with _overflow_lock:
                 while True:
                     if self._more is None:
