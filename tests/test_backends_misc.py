@@ -268,8 +268,14 @@ def test_torch_backend_without_profiler_records_nothing() -> None:
     torch = pytest.importorskip("torch")
     from mstx_marks.backends.torch import TorchBackend
 
+    from mstx_marks.backends.reopen import WAITING
+
     emitter = TorchBackend().emitter(None)
-    assert emitter.start("x", "default") == 0
+    before = WAITING.waiting()
+    token = emitter.start("x", "default")
+    assert token < 0 and WAITING.waiting() == before + 1  # not recorded: it waits (reopen.py)
+    emitter.end(token, "default")
+    assert WAITING.waiting() == before
     configure(backend="torch")
 
     @mstx_range("f")

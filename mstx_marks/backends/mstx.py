@@ -8,8 +8,9 @@ line on stdout for every call it swallows, so its ``None`` ("I swallowed an erro
 fault too: after one such line the wrapper is not used again, and only the C path is retried
 (:mod:`mstx_marks.core.faults`), which keeps the job's stdout to a line or two however long it runs.
 
-Range id 0 means "not recorded" (no collector, or the domain is filtered out): the hot path then
-skips ``range_end``, as torch_npu's own code does.
+Range id 0 means "not recorded" (no collector, or the domain is filtered out): such a range is
+never ended in C, as torch_npu's own code does, and it waits to be started again should a
+profiler start before it ends (:mod:`mstx_marks.backends.reopen`).
 
 >>> MstxBackend()  # doctest: +SKIP
 <MstxBackend 'mstx'>
@@ -20,6 +21,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from mstx_marks.backends.base import Backend, BackendUnavailable, Emitter
+from mstx_marks.backends.reopen import held, watch_profilers
 from mstx_marks.base.diagnostics import warn
 
 __all__ = ["MstxBackend", "WrapperFailed"]
@@ -65,6 +67,7 @@ class MstxBackend(Backend):
             and all(hasattr(c_mstx, f) for f in _C_ENTRY_POINTS)
         )
         self._c_found: Any = c_mstx if usable else None
+        watch_profilers()
         self._c: Any = self._c_found
         self._wrapper_failed = False
         # Emitters are rebuilt on every settings change and degrade; warn once per bad stream.
@@ -111,7 +114,7 @@ class MstxBackend(Backend):
         c, api = self._c, self._api
         if c is not None:
             if source is None:
-                return Emitter(self, c._range_start_on_host, c._range_end, c._mark_on_host)
+                return Emitter(self, *held(c._range_start_on_host, c._range_end), c._mark_on_host)
 
             def start(name: str, domain: str) -> Any:
                 s = source()
@@ -121,13 +124,14 @@ class MstxBackend(Backend):
                 s = source()
                 c._mark(name, s.stream_id, s.device_index, s.device_type, domain)
 
-            return Emitter(self, start, c._range_end, mark)
+            return Emitter(self, *held(start, c._range_end), mark)
 
         get = source or (lambda: None)
         # The public wrapper returns None when it swallowed an error; its 0 is "not recorded".
         return Emitter(
             self,
-            lambda name, domain: _checked(api.range_start(name, get(), domain)),
-            api.range_end,
+            *held(
+                lambda name, domain: _checked(api.range_start(name, get(), domain)), api.range_end
+            ),
             lambda name, domain: api.mark(name, get(), domain),
         )

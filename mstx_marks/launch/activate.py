@@ -37,19 +37,23 @@ _done_in: int | None = None
 
 
 def parse_instrument(text: str | None) -> tuple[str, ...]:
-    """The framework names of ``MSTX_MARKS_INSTRUMENT``; unknown ones warn and are skipped."""
-    from mstx_marks.capture.presets import FRAMEWORKS
+    """The preset names of ``MSTX_MARKS_INSTRUMENT`` (an alias given as its preset's name);
+    unknown ones warn, with the closest known name, and are skipped.
+
+    >>> parse_instrument("verl, vllm_ascend,vllm")
+    ('verl', 'vllm')
+    """
+    from mstx_marks.capture.presets import preset_name
 
     names: list[str] = []
     for raw in (text or "").split(","):
         name = raw.strip().lower().replace("-", "_")
         if not name:
             continue
-        if name not in FRAMEWORKS:
-            warn(
-                f"ignoring {name[:_QUOTE]!r} in {env.INSTRUMENT}={_quoted(text or '')}:"
-                f" expected names among {', '.join(FRAMEWORKS)}"
-            )
+        try:
+            name = preset_name(name)
+        except ValueError as exc:
+            warn(f"ignoring a name in {env.INSTRUMENT}={_quoted(text or '')}: {exc}")
             continue
         if name not in names:
             names.append(name)

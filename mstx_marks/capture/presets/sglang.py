@@ -1,5 +1,8 @@
 """SGLang's preset: each ``ModelRunner.forward`` as a range named by its batch (SGLang 0.5).
 
+The batch is the first argument, or ``forward_batch=`` where SGLang passes it by keyword
+(0.5.23's ``managers/scheduler_components/dynamic_chunk_sizer.py``).
+
 The forward runs in the scheduler subprocess (``run_scheduler_process``), where SGLang loads
 its ``sglang.srt.plugins`` entry points first thing, so the preset reaches it through our entry
 point without a source edit. The range (domain ``sglang``) is named by the batch's
@@ -30,9 +33,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from mstx_marks.capture.presets.built import Built
 from mstx_marks.capture.presets.target import Target, named_per_call
 
-__all__ = ["KINDS", "MODES", "TARGETS", "forward_kind"]
+__all__ = ["BUILT", "KINDS", "MODES", "TARGETS", "forward_kind"]
 
 #: ``ForwardMode`` member name -> range name (None: no range).
 MODES: dict[str, str | None] = {
@@ -67,7 +71,7 @@ def forward_kind(forward_batch: Any) -> str | None:
 
 
 #: ``ModelRunner.forward(forward_batch, ...)`` as a range named by the batch kind.
-model_forward = named_per_call(lambda runner, batch: forward_kind(batch), KINDS)
+model_forward = named_per_call(lambda runner, batch: forward_kind(batch), KINDS, "forward_batch")
 
 
 TARGETS: tuple[Target, ...] = (
@@ -81,3 +85,5 @@ TARGETS: tuple[Target, ...] = (
         "sglang",
     ),
 )
+#: SGLang builds its ``ModelRunner`` (or a platform's subclass) in the scheduler process.
+BUILT = (Built("sglang", TARGETS[0].module, "ModelRunner.__init__", ("forward",)),)

@@ -72,11 +72,16 @@ def wrap_calls(owner: Any, attr: str, target: Target, options: Options) -> Instr
 
 
 def named_per_call(
-    classify: Callable[[Any, Any], str | None], names: tuple[str, ...]
+    classify: Callable[[Any, Any], str | None], names: tuple[str, ...], keyword: str = ""
 ) -> Callable[[Any, str, Target, Options], Instrumented]:
     """A patch under which each call of ``f(self, arg, ...)`` is a range named
     ``classify(self, arg)`` (one of ``names``), or no range when it gives None: an engine step
-    by what its batch holds, an idle poll not at all. ``classify`` must not raise."""
+    by what its batch holds, an idle poll not at all. ``classify`` must not raise.
+
+    ``arg`` is the first positional argument or, when the call passes none, the one named
+    ``keyword`` (SGLang calls ``forward(forward_batch=...)`` in one place, vLLM's executors
+    ``execute_model(scheduler_output)`` positionally).
+    """
 
     def patch(owner: Any, attr: str, target: Target, options: Options) -> Instrumented:
         sites = {name: options.site(name, target.domain) for name in names}
@@ -84,7 +89,7 @@ def named_per_call(
         def wrap(o: object, a: str, raw: Callable[..., Any]) -> Callable[..., Any]:
             @functools.wraps(raw)
             def call(self: Any, *args: Any, **kwargs: Any) -> Any:
-                name = classify(self, args[0] if args else None)
+                name = classify(self, args[0] if args else kwargs.get(keyword))
                 if name is None:
                     return raw(self, *args, **kwargs)
                 with sites[name]:

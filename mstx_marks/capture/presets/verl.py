@@ -57,11 +57,12 @@ from typing import Any, Callable
 
 from mstx_marks.capture.instrument import Instrumented, replace, replace_closure
 from mstx_marks.capture.nn_modules import hook_after
+from mstx_marks.capture.presets.built import Built
 from mstx_marks.capture.presets.target import Options, Target, wrap_calls
 from mstx_marks.core.engine import rewrap
 from mstx_marks.core.ranges import Range, Timed, mark
 
-__all__ = ["TARGETS"]
+__all__ = ["BUILT", "TARGETS"]
 
 _ANNOTATE_VARS = {"func", "kwargs_outer"}
 
@@ -304,3 +305,18 @@ TARGETS: tuple[Target, ...] = (
     Target("verl_modules", "verl.workers.fsdp_workers", "ActorRolloutRefWorker.init_model",
            "module_forward", _OLD, _ACTOR_MODEL),
 )  # fmt: skip
+#: Every verl worker a Ray actor runs derives from ``Worker`` and calls its ``__init__``: the
+#: stage methods its class has must be the ones the rows above wrap.
+BUILT = (
+    Built(
+        "verl",
+        "verl.single_controller.base.worker",
+        "Worker.__init__",
+        tuple(
+            sorted(
+                {t.path.rpartition(".")[2] for t in TARGETS if t.framework == "verl"}
+                - {"marked_timer"}
+            )
+        ),
+    ),
+)

@@ -22,7 +22,14 @@ multi-device runs) or in the EngineCore process. The preset therefore patches (c
   a request is in its context phase when it is new or has no output token yet); and
   ``Worker.sample_tokens`` as ``sampling``;
 - vllm-ascend's ``NPUWorker.execute_model`` (``vllm_ascend/worker/worker_v1.py`` in 0.11,
-  ``worker.py`` from 0.13) and ``sample_tokens`` (0.13+), the same way.
+  ``worker.py`` from 0.13) and ``sample_tokens`` (0.13+), the same way. ``NPUWorker`` derives
+  from vLLM's ``WorkerBase``, not from ``Worker``, so it has rows of its own, in this preset:
+  ``vllm`` marks vLLM on whatever platform runs it (``vllm_ascend`` is another name for it).
+  The batch kind is read from the scheduler output before ``NPUModelRunner`` prepares its
+  inputs, so it is the same on both lines;
+- the worker vLLM builds (``WorkerWrapperBase.init_worker``, :data:`BUILT`) is checked when it is
+  built: a worker class whose ``execute_model`` no range wraps (another platform's) is said at
+  once (:mod:`mstx_marks.capture.presets.built`).
 
 The front end's ``LLMEngine.step`` is not patched: it times the queue, not the model. Neither is
 the offline ``LLM._run_engine``: the front end marks nothing.
@@ -71,10 +78,11 @@ from mstx_marks.base.diagnostics import warn_once
 from mstx_marks.base.names import MAX_NAME_BYTES
 from mstx_marks.capture.instrument import Instrumented, replace
 from mstx_marks.capture.nn_modules import hook_after
+from mstx_marks.capture.presets.built import Built
 from mstx_marks.capture.presets.target import Options, Patch, Target, named_per_call
 from mstx_marks.core.ranges import Mark, Range, instant
 
-__all__ = ["DP_FIELDS", "TARGETS", "Batches", "batch_kind", "dp_message"]
+__all__ = ["BUILT", "DP_FIELDS", "TARGETS", "Batches", "batch_kind", "dp_message"]
 
 #: ``dp_analysis``'s marker fields, in the order kept when the message must be shortened.
 DP_FIELDS = ("running_reqs", "waiting_reqs", "out_tokens", "gpu_cache_usage")
@@ -165,7 +173,7 @@ def _step_name(engine: Any, arg: Any) -> str | None:
 #: count for sampling.
 engine_step = named_per_call(_step_name, ("vllm_one_step",))
 #: A worker's ``execute_model(scheduler_output)`` as a range named by the batch kind.
-execute_model = named_per_call(_worker_kind, _KINDS)
+execute_model = named_per_call(_worker_kind, _KINDS, "scheduler_output")
 
 
 def dp_message(stats: dict[str, Any]) -> str:
@@ -406,6 +414,20 @@ batch_steps = _per_batch(_one_step_batches)
 dp_batches = _per_batch(_dp_batches, again=True)
 
 
+def _built_worker(wrapper: Any, result: Any) -> Any:
+    return wrapper.worker
+
+
+#: Where vLLM builds the worker its platform chose (``parallel_config.worker_cls``): every
+#: executor goes through ``WorkerWrapperBase.init_worker`` (``vllm.worker.worker_base`` in 0.11,
+#: ``vllm.v1.worker.worker_base`` later).
+BUILT: tuple[Built, ...] = tuple(
+    Built("vllm", module, "WorkerWrapperBase.init_worker", ("execute_model", "sample_tokens"),
+          _built_worker)
+    for module in ("vllm.worker.worker_base", "vllm.v1.worker.worker_base")
+)  # fmt: skip
+
+
 def _runner_model(runner: Any) -> Any:
     return getattr(runner, "model", None)
 
@@ -423,11 +445,13 @@ TARGETS: tuple[Target, ...] = (
            "vllm"),
     Target("vllm", _GPU_WORKER, "Worker.sample_tokens", "sampling", "vLLM 0.12 and newer",
            domain="vllm"),
-    Target("vllm_ascend", "vllm_ascend.worker.worker_v1", "NPUWorker.execute_model",
+    # vllm-ascend's worker derives from WorkerBase, beside Worker: rows of its own, in the same
+    # preset, so the line that marks vLLM marks it on whatever platform vLLM runs.
+    Target("vllm", "vllm_ascend.worker.worker_v1", "NPUWorker.execute_model",
            "prefill_batch", "vllm-ascend 0.11", execute_model, "vllm"),
-    Target("vllm_ascend", "vllm_ascend.worker.worker", "NPUWorker.execute_model",
+    Target("vllm", "vllm_ascend.worker.worker", "NPUWorker.execute_model",
            "prefill_batch", "vllm-ascend 0.13 and newer", execute_model, "vllm"),
-    Target("vllm_ascend", "vllm_ascend.worker.worker", "NPUWorker.sample_tokens", "sampling",
+    Target("vllm", "vllm_ascend.worker.worker", "NPUWorker.sample_tokens", "sampling",
            "vllm-ascend 0.13 and newer", domain="vllm"),
     Target("vllm_dp", _CORE, "EngineCore.step", "vllm_one_step", _ALL, dp_step, "step_process"),
     Target("vllm_dp", _CORE, _QUEUE, "vllm_one_step", _ALL, dp_batches, "step_process"),
