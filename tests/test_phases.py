@@ -277,3 +277,47 @@ def test_indexed_phases_are_memoized_so_mark_caches_one_site_each() -> None:
         for i in range(4):
             mark(phases.MICRO_BATCH.at(i))
     assert len(ranges._cached.get(None, {})) - before <= 4  # one entry per index, not per call
+
+
+#: Every function Ascend/MindSpeed-RL @ 05a90d77 decorates with its ``mstx_timer_decorator``
+#: (47; read with an AST walk of ``mindspeed_rl/``), as the ``__qualname__`` its range carries.
+MINDSPEED_RL_TIMED = (
+    "Actor.compute_image_embeds", "Actor.compute_log_prob", "Actor.update_actor",
+    "ActorRolloutHybrid.compute_image_embeds", "ActorRolloutHybrid.generate_sequences",
+    "ActorRolloutHybrid.compute_log_prob", "ActorRolloutHybrid.update_actor",
+    "Critic.compute_values", "Critic.update_critic", "Reference.compute_log_prob",
+    "Reward.compute_rm_score", "compute_verifier_score", "compute_advantage",
+    "padding_dict_to_tensor_dict", "remove_padding_tensor_dict_to_dict",
+    "remove_padding_and_split_to_list", "ActorHybridWorkerBase.update",
+    "ActorHybridWorkerBase.generate_sequences", "ActorHybridWorkerBase.compute_log_prob",
+    "ActorHybridWorkerBase.compute_image_embeds", "BaseWorker.all_consumed",
+    "BaseWorker.empty_cache", "BaseWorker.dispatch_transfer_dock_data",
+    "BaseWorker.collect_transfer_dock_data", "BaseWorker.collect_transfer_dock_mm_data",
+    "CriticWorkerBase.compute_values", "CriticWorkerBase.update",
+    "IntegratedWorker.compute_ref_log_prob", "ReferenceWorkerBase.compute_ref_log_prob",
+    "MegatronOffLoader.offload_grad", "MegatronOffLoader.onload_grad",
+    "MegatronOffLoader.offload_optimizer", "MegatronOffLoader.onload_optimizer",
+    "MegatronOffLoader._move_to_device", "MegatronOffLoader.offload_param",
+    "MegatronOffLoader.onload_param", "MegatronOffLoader.swap_tensors_to_host",
+    "MegatronOffLoader.swap_tensors_to_device", "MegatronShardingManager.offload_infer_params",
+    "MegatronShardingManager.onload_infer_params", "MegatronShardingManager.enter_infer_mode",
+    "MegatronShardingManager.exit_infer_mode", "MegatronShardingManager.enter_forward_mode",
+    "MegatronShardingManager.exit_forward_mode", "MegatronShardingManager.enter_train_mode",
+    "MegatronShardingManager.exit_train_mode", "VitWorkerBase.compute_image_embeds",
+)  # fmt: skip
+
+
+def test_every_stage_mindspeed_rl_times_is_a_known_phase() -> None:
+    assert len(set(MINDSPEED_RL_TIMED)) == 47
+    unknown = []
+    for qualname in MINDSPEED_RL_TIMED:
+        try:
+            phases.canonical(qualname)
+        except KeyError:
+            unknown.append(qualname)
+    assert unknown == []
+    # The roles stay apart: a reference's log-prob is no actor's, a forward-mode switch no
+    # inference reshard.
+    assert phases.canonical("Reference.compute_log_prob") == "compute_ref_log_prob"
+    assert phases.canonical("MegatronShardingManager.enter_forward_mode") == "resharding_to_forward"
+    assert phases.canonical("remove_padding_and_split_to_list") == "unpad_experience"

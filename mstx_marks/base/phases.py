@@ -621,6 +621,65 @@ ONLOAD = _std(
         "MegatronOffLoader.swap_tensors_to_device",
     ),
 )
+OFFLOAD_INFER_PARAMS = _std(
+    "offload_infer_params",
+    "MindSpeed-RL range",
+    "free the inference engine's weight buffers (inside resharding_to_infer)",
+    ("MegatronShardingManager.offload_infer_params",),
+)
+ONLOAD_INFER_PARAMS = _std(
+    "onload_infer_params",
+    "MindSpeed-RL range",
+    "rebuild the inference engine's weight buffers (inside resharding_to_infer)",
+    ("MegatronShardingManager.onload_infer_params",),
+)
+MOVE_TO_DEVICE = _std(
+    "move_to_device",
+    "MindSpeed-RL range",
+    "copy one group of tensors between host and device (inside offload and onload)",
+    ("MegatronOffLoader._move_to_device",),
+)
+RESHARDING_TO_FORWARD = _std(
+    "resharding_to_forward",
+    "MindSpeed-RL range",
+    "bring the training weights back for a forward-only pass (log-probs) and offload them after",
+    ("MegatronShardingManager.enter_forward_mode", "MegatronShardingManager.exit_forward_mode"),
+)
+COMPUTE_IMAGE_EMBEDS = _std(
+    "compute_image_embeds",
+    "MindSpeed-RL range",
+    "the vision encoder's image embeddings of a multimodal batch",
+    (
+        "VitWorkerBase.compute_image_embeds",
+        "ActorHybridWorkerBase.compute_image_embeds",
+        "Actor.compute_image_embeds",
+        "ActorRolloutHybrid.compute_image_embeds",
+    ),
+)
+ALL_CONSUMED = _std(
+    "all_consumed",
+    "MindSpeed-RL range",
+    "a worker asks the transfer dock how much of its stage's experience is left",
+    ("BaseWorker.all_consumed",),
+)
+EMPTY_CACHE = _std(
+    "empty_cache",
+    "MindSpeed-RL range",
+    "release the device memory cache between stages",
+    ("BaseWorker.empty_cache",),
+)
+PAD_EXPERIENCE = _std(
+    "pad_experience",
+    "MindSpeed-RL range",
+    "pad a batch of variable-length experience into tensors",
+    ("padding_dict_to_tensor_dict",),
+)
+UNPAD_EXPERIENCE = _std(
+    "unpad_experience",
+    "MindSpeed-RL range",
+    "strip the padding from a batch of experience",
+    ("remove_padding_tensor_dict_to_dict", "remove_padding_and_split_to_list"),
+)
 RESHARDING_TO_INFER = _std(
     "resharding_to_infer",
     "MindSpeed-RL timer",
