@@ -183,8 +183,9 @@ def test_start_stop_marks_are_ranges_in_summary_and_timeline(tmp_path: Path) -> 
     for where in (db.parent, tmp_path / "chrome"):
         s = summarize_path(where, jobs=1)
         (sync,) = [p for p in s.phases if p.name == "weight_sync"]
-        assert sync.overall.count == 2 and sync.overall.total_ns == 10 + 40
-        assert sync.overall.max_ns == 40
+        # Paired LIFO: 20-30 inside 10-50, on one thread: one stage, counted once (noted).
+        assert sync.overall.count == 1 and sync.overall.total_ns == sync.overall.max_ns == 40
+        assert [n for n in s.notes if "weight_sync (1, " in n]
     (read,) = read_trace_file(db)
     assert sorted(r.name for r in read.instants) == [
         "lonely_stop", "weight_sync_start", "weight_sync_stop",
@@ -206,3 +207,98 @@ def test_step_key_groups_ranges_into_steps(tmp_path: Path) -> None:
     s = summarize_path(tmp_path, StepOptions("rollout", "rid"), jobs=1)
     assert s.step_keys == {M(0): ["1", "2", "9"]} and s.step_count == {M(0): 3}
     assert cli_main(["summary", str(tmp_path), "--step-name", "rollout", "--step-key", "rid"]) == 0
+
+
+def _msprof_trace_view(folder: Path, rank: int = 0) -> Path:
+    """torch_npu's trace_view.json holding MSTX events exactly as msprof's
+    ``MsprofTxAssembler`` writes them (``analysis/csrc/application/timeline/
+    msprof_tx_assembler.cpp`` and its unit test): ``X`` events with NO ``cat``, ``args`` holding
+    ``event_type`` (and ``domain`` for mstx ones, else msproftx's Category/Payload fields), a
+    flow start of category ``MsTx`` per mstx event, a process named from ``pid_name`` (here
+    ``python_main``) and threads named ``Thread N``; beside them torch_npu's ProfilerStep#N."""
+    out = folder / "host_1_20250101000000000_ascend_pt" / "ASCEND_PROFILER_OUTPUT"
+    out.mkdir(parents=True)
+    (out.parent / f"profiler_info_{rank}.json").write_text("{}")
+    us = lambda ns: f"{(T0 + ns) // 1000}.{(T0 + ns) % 1000:03d}"  # noqa: E731
+    tx = 223  # msprof's formatted pid of its MSTX process
+    events = [
+        {"ph": "X", "name": "ProfilerStep#3", "pid": PID, "tid": TID, "ts": us(0),
+         "dur": 1000.0, "cat": "cpu_op", "args": {}},
+        {"name": "generate_sequences", "pid": tx, "tid": TID, "ts": us(10_000), "dur": 500.0,
+         "ph": "X", "args": {"event_type": "start/end", "domain": "default"}},
+        {"name": "MsTx_4000000001", "pid": tx, "tid": TID, "ph": "s", "cat": "MsTx",
+         "id": "4000000001", "ts": us(10_000)},
+        {"name": "vllm_one_step", "pid": tx, "tid": TID, "ts": us(20_000), "dur": 100.0,
+         "ph": "X", "args": {"event_type": "push/pop", "domain": "vllm"}},
+        {"name": "MsTx_4000000002", "pid": tx, "tid": TID, "ph": "s", "cat": "MsTx",
+         "id": "4000000002", "ts": us(20_000)},
+        {"name": "weights_synced", "pid": tx, "tid": TID, "ts": us(600_000), "dur": 0,
+         "ph": "X", "args": {"event_type": "marker", "domain": "verl"}},
+        {"name": "tx", "pid": tx, "tid": TID, "ts": us(700_000), "dur": 200.0, "ph": "X",
+         "args": {"Category": "23438457", "Payload_type": 0, "Payload_value": 283728437,
+                  "Message_type": 1, "event_type": "start/end"}},
+        {"name": "process_name", "pid": tx, "tid": 0, "ph": "M", "args": {"name": "python_main"}},
+        {"name": "process_labels", "pid": tx, "tid": 0, "ph": "M", "args": {"labels": "CPU"}},
+        {"name": "process_sort_index", "pid": tx, "tid": 0, "ph": "M", "args": {"sort_index": 6}},
+        {"name": "thread_name", "pid": tx, "tid": TID, "ph": "M",
+         "args": {"name": f"Thread {TID}"}},
+        {"name": "thread_sort_index", "pid": tx, "tid": TID, "ph": "M",
+         "args": {"sort_index": TID}},
+    ]  # fmt: skip
+    path = out / "trace_view.json"
+    path.write_text(json.dumps(events))
+    return path
+
+
+def test_msprofs_mstx_events_without_a_category_are_read(tmp_path: Path) -> None:
+    path = _msprof_trace_view(tmp_path, rank=2)
+    (trace,) = read_trace_file(path)
+    ranges = {r.name: r for r in trace.ranges}
+    assert set(ranges) == {"ProfilerStep", "generate_sequences", "vllm_one_step", "tx"}
+    assert ranges["generate_sequences"].duration_ns == 500_000
+    assert ranges["vllm_one_step"].domain == "vllm"  # args.domain is the domain
+    assert ranges["tx"].domain == "default"  # (msproftx's events name none)
+    (mark,) = trace.instants  # a marker is an instant, not a range of no time
+    assert (mark.name, mark.domain, mark.start_ns) == ("weights_synced", "verl", T0 + 600_000)
+    summary = summarize_path(tmp_path, jobs=1)
+    assert summary.errors == [] and summary.step_keys == {M(2): ["3"]}
+    gen = next(p for p in summary.phases if p.name == "generate_sequences")
+    assert gen.overall.count == 1 and gen.overall.total_ns == 500_000
+
+
+def _msprof_db(path: Path, rank: int) -> Path:
+    """msprof's database (ours in its layout, renamed as msprof names it: by time, not rank)."""
+    staged = write_ascend_db(path.parent / "stage.db", synthetic_rank(rank))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staged.rename(path)
+    return path
+
+
+def test_the_folder_search_finds_msprof_databases_and_kineto_under_any_name(
+    tmp_path: Path,
+) -> None:
+    prof = _msprof_db(tmp_path / "PROF_000001_x" / "mindstudio_profiler_output"
+                      / "msprof_20250101120000.db", rank=3)  # fmt: skip
+    bare = _msprof_db(tmp_path / "bare" / "msprof_20250101120001.db", rank=4)
+    # Inside a torch_npu output folder, msprof's database is the torch_npu one's source: left out.
+    npu = tmp_path / "host_2_20250101000000000_ascend_pt"
+    export_db = write_ascend_db(
+        npu / "ASCEND_PROFILER_OUTPUT" / "ascend_pytorch_profiler_5.db", synthetic_rank(5)
+    )
+    _msprof_db(npu / "PROF_000002_y" / "msprof_20250101120002.db", rank=5)
+    kineto = {"schemaVersion": 1, "deviceProperties": [], "traceEvents": [
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#9", "pid": 1, "tid": 2,
+         "ts": 1.0, "dur": 5.0},
+    ], "baseTimeNanoseconds": T0}  # fmt: skip
+    gz = tmp_path / "hta" / "mi250_minitoy_kineto.json.gz"
+    gz.parent.mkdir()
+    gz.write_bytes(gzip.compress(json.dumps(kineto).encode()))
+    plain = tmp_path / "hta" / "profile.json"  # export_chrome_trace("profile.json")
+    plain.write_text(json.dumps({**kineto, "distributedInfo": {"rank": 7}}))
+    (tmp_path / "hta" / "config.json").write_text('{"traceEvents": []}')  # not Kineto's
+    assert find_trace_files(tmp_path) == sorted([prof, bare, export_db, gz, plain])
+    summary = summarize_path(tmp_path, jobs=1)
+    assert summary.errors == []
+    # msprof's file name is a time: the rank is RANK_DEVICE_MAP's.
+    assert sorted(m.rank for m in summary.members()) == [0, 3, 4, 5, 7]
+    assert summary.step_keys[M(7)] == ["9"]

@@ -20,6 +20,13 @@ times and ``Summary.unmarked_ns`` (step time no phase covers) add up to the step
 ranges concurrent with others (another thread, asyncio tasks gathered on one thread) add
 ``Summary.concurrent_ns`` beyond it, and ranges outside every step ``Summary.outside_ns``.
 
+**Stages and automatic annotations** (:mod:`mstx_marks.analysis.stages`). A range nested directly
+in a range of the same phase on the same thread counts once, with its parent (``merged`` says
+how many, and ``combine`` notes it). PyTorch's own annotations (``nccl:all_reduce``,
+``Optimizer.step#...``, ...) and torch_npu's HCCL ranges are phases marked ``automatic``: counted,
+but not in the breakdown (no self time, no share of the step), so they take nothing from the
+user's phases.
+
 >>> from mstx_marks.base.records import RangeRecord, RankTrace
 >>> r = lambda name, s, e: RangeRecord(name, "default", s, e, 1, 1)
 >>> part = aggregate_trace(RankTrace(0, [r("step", 0, 100), r("gen", 0, 40)]))
@@ -30,13 +37,16 @@ ranges concurrent with others (another thread, asyncio tasks gathered on one thr
 from __future__ import annotations
 
 from array import array
-from dataclasses import dataclass, field
+from collections import Counter
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 from mstx_marks.analysis.mark_pairs import pair_marks
 from mstx_marks.analysis.quantiles import RELATIVE_ERROR, QuantileSketch, percentile
+from mstx_marks.analysis.stages import is_automatic, merged_note, nested_repeats, range_name
 from mstx_marks.analysis.steps import (
+    FileTrace,
     Step,
     StepOptions,
     find_steps,
@@ -72,9 +82,11 @@ POOL_LIMIT = 200_000
 @dataclass
 class Stats:
     """Durations of one phase (nanoseconds); ``step_share`` is ``total_ns`` over step time
-    (inclusive); ``percentile_error`` bounds the relative error of ``p50_ns``/``p90_ns`` (0:
+    (inclusive; None for an automatic annotation, which may run on other threads and outside
+    steps); ``percentile_error`` bounds the relative error of ``p50_ns``/``p90_ns`` (0:
     exact); ``self_ns`` is the exclusive time and ``self_share`` it over step time (both None
-    for the step phase itself: it is the frame the others are shares of)."""
+    for the step phase itself: it is the frame the others are shares of; and for automatic
+    annotations, which are not in the breakdown)."""
 
     count: int
     total_ns: int
@@ -103,6 +115,10 @@ class PhaseSummary:
     role: str = ""
     #: Whether this phase's ranges are the steps (``step``, ``train_step``, ``--step-name``).
     is_step: bool = False
+    #: Whether this phase is an annotation the frameworks make by themselves (PyTorch's
+    #: ``nccl:all_reduce``, ``Optimizer.step#...``; torch_npu's HCCL ranges), not the user's:
+    #: see :mod:`mstx_marks.analysis.stages`.
+    automatic: bool = False
 
     def member(self, rank: int) -> Member:
         return Member(self.role, rank)
@@ -138,8 +154,14 @@ class Summary:
         """The members (of ``role``), by role, then rank."""
         return sorted(m for m in self.step_time_ns if role is None or m.role == role)
 
-    def phases_of(self, role: str) -> list[PhaseSummary]:
-        return [p for p in self.phases if p.role == role]
+    def phases_of(self, role: str, automatic: bool | None = None) -> list[PhaseSummary]:
+        """The phases of ``role`` (only the automatic annotations, or only the others, when
+        ``automatic`` says which)."""
+        return [
+            p
+            for p in self.phases
+            if p.role == role and (automatic is None or p.automatic == automatic)
+        ]
 
 
 @dataclass
@@ -215,6 +237,12 @@ class ProcessPart:
     #: Summarised in one pass, its records never held (a spill too large: see
     #: :mod:`mstx_marks.analysis.stream`): self times and the breakdown are not known.
     streamed: bool = False
+    #: Per phase, its ranges counted once with the range of the same phase around them: how
+    #: many, and their time (not in its figures).
+    merged: dict[str, int] = field(default_factory=dict)
+    merged_ns: dict[str, int] = field(default_factory=dict)
+    #: Its file recorded no MSTX range (a torch_npu database without ``MSTX_EVENTS``).
+    no_mstx: bool = False
 
     @property
     def member(self) -> Member:
@@ -248,12 +276,12 @@ def aggregate_trace(
 ) -> ProcessPart:
     """The :class:`ProcessPart` of an in-memory trace (``X_start``/``X_stop`` marks paired)."""
     records = pair_marks(trace.records)
-    paired = RankTrace(trace.rank, records, trace.steps, trace.source, trace.role)
+    paired = replace(trace, records=records)  # (a FileTrace keeps its step ids)
     options = (steps or StepOptions()).resolved(
         r.name for r in records if isinstance(r, RangeRecord)
     )
     step_phases: set[str] = set()
-    nested: list[tuple[Any, int, int, str]] = []
+    nested: list[tuple[Any, int, int, str]] = []  # the stages, for the breakdown
     durations: dict[str, list[int]] = {}
     first: dict[str, int] = {}
     lo = hi = None
@@ -264,16 +292,28 @@ def aggregate_trace(
         if r.end_ns < r.start_ns:  # ends before it starts: no duration to count
             backwards += 1
             continue
-        name = fold(r.name)
-        durations.setdefault(name, []).append(r.end_ns - r.start_ns)
-        if options.is_step(r.name, fold):
+        raw = range_name(r.name, r.domain)
+        name = fold(raw)
+        if options.is_step(raw, fold):
             step_phases.add(name)
+            durations.setdefault(name, []).append(r.end_ns - r.start_ns)
+        elif is_automatic(name):
+            durations.setdefault(name, []).append(r.end_ns - r.start_ns)
         else:
             nested.append(((r.pid, r.thread), r.start_ns, -r.end_ns, name))
         if name not in first or r.start_ns < first[name]:
             first[name] = r.start_ns
         lo = r.start_ns if lo is None else min(lo, r.start_ns)
         hi = r.end_ns if hi is None else max(hi, r.end_ns)
+    repeats = set(nested_repeats(nested))
+    merged: Counter[str] = Counter()
+    merged_ns: Counter[str] = Counter()
+    for i, (_, start, neg_end, name) in enumerate(nested):
+        if i in repeats:
+            merged[name] += 1
+            merged_ns[name] += -neg_end - start
+        else:
+            durations.setdefault(name, []).append(-neg_end - start)
     return (
         ProcessPart(
             rank=trace.rank,
@@ -290,6 +330,9 @@ def aggregate_trace(
             skipped=trace.skipped + backwards,
             complete=trace.complete,
             step_phases=frozenset(step_phases),
+            merged=dict(merged),
+            merged_ns=dict(merged_ns),
+            no_mstx=isinstance(trace, FileTrace) and trace.no_mstx,
         )
         .set_steps(find_steps(paired, steps, fold))
         .set_breakdown(nested, step_windows(paired, steps, fold))
@@ -446,7 +489,9 @@ def _overall(aggs: list[PhaseAgg], step_time: int) -> Stats:
 
 def combine(parts: Iterable[ProcessPart]) -> Summary:
     """The summary of one part per member (role and rank): per role, its phases in order of
-    first start, each across that role's ranks and on each of them."""
+    first start, each across that role's ranks and on each of them; its notes say which
+    ranges were counted once with the range around them, and which members' files recorded no
+    MSTX range."""
     by_member = {p.member: p for p in sorted(parts, key=lambda p: p.member)}
     step_time = {m: p.step_time_ns for m, p in by_member.items()}
     known = {m: p for m, p in by_member.items() if not p.streamed}  # breakdown known
@@ -463,7 +508,28 @@ def combine(parts: Iterable[ProcessPart]) -> Summary:
         unmarked_ns={m: p.unmarked_ns for m, p in known.items()},
         concurrent_ns={m: p.concurrent_ns for m, p in known.items()},
         outside_ns={m: p.outside_ns for m, p in known.items()},
+        notes=_notes(by_member),
     )
+
+
+def _notes(by_member: dict[Member, ProcessPart]) -> list[str]:
+    notes = []
+    merged: Counter[str] = Counter()
+    merged_ns: Counter[str] = Counter()
+    for p in by_member.values():
+        merged.update(p.merged)
+        merged_ns.update(p.merged_ns)
+    if merged:
+        notes.append(merged_note(dict(merged), dict(merged_ns)))
+    bare = [f"{m.label} ({p.source})" for m, p in by_member.items() if p.no_mstx]
+    if bare:
+        notes.append(
+            "no MSTX range was recorded in "
+            + ", ".join(bare)
+            + " (the database has no MSTX_EVENTS table: torch_npu creates it only when a range"
+            " was recorded); only the steps are read"
+        )
+    return notes
 
 
 def _role_phases(
@@ -477,9 +543,11 @@ def _role_phases(
     for name in sorted(names, key=names.__getitem__):
         aggs = {rank: p.phases[name] for rank, p in by_rank.items() if name in p.phases}
         is_step = any(name in by_rank[rank].step_phases for rank in aggs)
-        # Self time: none for the step phase (the frame); not known on a rank summarised in
-        # one pass, nor then across the role's ranks (a sum of the rest would be too small).
-        unknown = {rank for rank in aggs if is_step or by_rank[rank].streamed}
+        automatic = not is_step and is_automatic(name)
+        # Self time: none for the step phase (the frame) nor for an automatic annotation (not
+        # in the breakdown); not known on a rank summarised in one pass, nor then across the
+        # role's ranks (a sum of the rest would be too small).
+        unknown = {rank for rank in aggs if is_step or automatic or by_rank[rank].streamed}
         per_rank = {
             rank: _with_self(
                 _stats(a.count, a.total_ns, a.max_ns, a.p50_ns, a.p90_ns, step_time[rank]),
@@ -496,9 +564,14 @@ def _role_phases(
             None if unknown else sum(a.self_ns for a in aggs.values()),
             step_sum,
         )
+        if automatic:  # on any thread, inside steps or not: no share of them
+            for stats in (overall, *per_rank.values()):
+                stats.step_share = None
         totals = {rank: s.total_ns for rank, s in per_rank.items()}
         slowest = max(totals, key=totals.__getitem__)
         fastest = min(totals.values())
         imbalance = totals[slowest] / fastest if fastest else None
-        result.append(PhaseSummary(name, overall, per_rank, imbalance, slowest, role, is_step))
+        result.append(
+            PhaseSummary(name, overall, per_rank, imbalance, slowest, role, is_step, automatic)
+        )
     return result

@@ -44,6 +44,7 @@ from typing import Any, Sequence
 
 from mstx_marks.analysis.aggregate import Stats, Summary
 from mstx_marks.analysis.mark_pairs import pair_marks
+from mstx_marks.analysis.stages import range_name
 from mstx_marks.analysis.steps import StepOptions, find_steps, fold_name
 from mstx_marks.analysis.timeline import assign_lanes
 from mstx_marks.base.records import InstantRecord, RangeRecord, RankTrace, Record
@@ -201,7 +202,7 @@ def report_data(
                 label += f" (pid {pid})"
             tracks.append({"pid": pid, "tid": tid, "name": label, "lane": lane, "lanes": depth})
             for r, d in placed:
-                name = fold_name(r.name)
+                name = fold_name(range_name(r.name, r.domain))
                 bars.append([
                     lane + d,
                     round((r.start_ns - origin) / 1000, 3),
@@ -234,7 +235,7 @@ def report_data(
         phases.append({
             "role": p.role, "name": p.name, **_stats_row(o),
             "err": o.percentile_error, "imbalance": p.imbalance, "slowest": p.slowest_rank,
-            "is_step": p.is_step,
+            "is_step": p.is_step, "automatic": p.automatic,
             "ranks": [[rank, _ms(s.total_ns)] for rank, s in p.per_rank.items()],
             "per_rank": [{"rank": rank, **_stats_row(s)} for rank, s in p.per_rank.items()],
         })  # fmt: skip
@@ -562,6 +563,8 @@ function cell(tr, k, v, p) {
 }
 function rows() {
   const list = D.phases.map((p, i) => [p, i]);
+  // PyTorch's and HCCL's own annotations after the user's phases
+  if (!order[0]) list.sort(([a], [b]) => (a.automatic ? 1 : 0) - (b.automatic ? 1 : 0));
   if (order[0]) list.sort(([a], [b]) => {
     const x = a[order[0]], y = b[order[0]];
     if (x === y) return 0; if (x === null || x === undefined) return 1;
@@ -575,8 +578,11 @@ function rows() {
       if (k === 'name') {
         const td = tr.insertCell(); td.className = 'name';
         const t = document.createElement('b'); t.textContent = open.has(i) ? '▾ ' : '▸ ';
-        td.appendChild(t); td.appendChild(document.createTextNode(p.name));
-        td.title = p.is_step ? 'the steps: the 100 % the shares are of' : 'click: per-rank rows';
+        td.appendChild(t);
+        td.appendChild(document.createTextNode(p.automatic ? p.name + ' (automatic)' : p.name));
+        td.title = p.is_step ? 'the steps: the 100 % the shares are of'
+          : p.automatic ? 'an annotation PyTorch or HCCL makes by itself: not in the shares'
+            + ' or self times; click: per-rank rows' : 'click: per-rank rows';
         td.addEventListener('click', () => { open.has(i) ? open.delete(i) : open.add(i); rows(); });
       } else if (k === 'rank') cell(tr, k, 'all');
       else cell(tr, k, p[k], p);

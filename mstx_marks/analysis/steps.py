@@ -4,8 +4,8 @@ A step comes from, in this order:
 
 1. the ranges of a phase the user names (``summary --step-name train_step``, or
    ``StepOptions(name="train_step")``), compared by name or by the phase registry's fold;
-2. the steps the file itself lists: an Ascend database's ``STEP_TIME`` rows, or the steps our
-   Chrome traces carry;
+2. the steps the file itself lists: an Ascend database's ``STEP_TIME`` rows (numbered by their
+   ``id``, torch_npu's ``ProfilerStep`` numbers), or the steps our Chrome traces carry;
 3. the ranges named ``step`` (verl's trainer timer), ``ProfilerStep`` (torch.profiler's
    ``ProfilerStep#N``, read with ``args={"step": N}``), ``train_step``, ``training_step`` or
    ``global_step`` (:data:`DEFAULT_STEP_NAMES`), so a loop marked ``train_step`` has steps with
@@ -16,7 +16,8 @@ The **step key** (``--step-key``, default ``step``) is the ``args`` entry of a s
 numbers it: a global step, a weight version, a rollout id (``mark("train_step",
 args={"global_step": gs})`` with ``--step-key global_step``). Step ranges that share a key are
 one step (a rollout in several pieces): its time is the union of their spans. A step range
-without the key, and every step of a file's own list, is numbered by its order (from 1).
+without the key, and a step of a file's own list that has no id, is numbered by its order (from
+1). A reader gives a file's step ids with its steps as a :class:`FileTrace`.
 
 >>> from mstx_marks.base.records import RangeRecord, RankTrace
 >>> r = lambda s, e, v: RangeRecord("train_step", "default", s, e, 1, 1, args={"version": v})
@@ -27,29 +28,60 @@ without the key, and every step of a file's own list, is numbered by its order (
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import Callable, Iterable, NamedTuple
+import re
+from dataclasses import dataclass, field, fields, replace
+from typing import Callable, Iterable, List, NamedTuple, Sequence
 
 from mstx_marks.base import phases
-from mstx_marks.base.records import STEP_PHASE, RangeRecord, RankTrace, Span
+from mstx_marks.base.records import STEP_PHASE, RangeRecord, RankTrace, Record, Span
 
 __all__ = [
     "DEFAULT_STEP_NAMES",
     "PROFILER_STEP",
+    "FileTrace",
     "Step",
     "StepOptions",
+    "file_step_keys",
     "find_steps",
     "fold_name",
     "merge_spans",
+    "named_step",
+    "profiler_step",
     "step_time_ns",
     "step_windows",
     "union_ns",
+    "with_steps",
 ]
 
 #: The name torch.profiler's ``ProfilerStep#N`` ranges are read under (``N`` in ``args["step"]``).
 PROFILER_STEP = "ProfilerStep"
 #: The range names that are steps when no ``--step-name`` is given, the first present winning.
 DEFAULT_STEP_NAMES = (STEP_PHASE, PROFILER_STEP, "train_step", "training_step", "global_step")
+_PROFILER_STEP_N = re.compile(r"ProfilerStep#(\d+)\Z")
+
+
+def profiler_step(name: str) -> int | None:
+    """``N`` of torch.profiler's (and torch_npu's MSTX) ``ProfilerStep#N`` range name, else None.
+
+    >>> profiler_step("ProfilerStep#50"), profiler_step("ProfilerStep")
+    (50, None)
+    """
+    m = _PROFILER_STEP_N.match(name)
+    return int(m.group(1)) if m else None
+
+
+def named_step(rec: Record) -> Record:
+    """``rec``, a ``ProfilerStep#N`` range read as the range ``ProfilerStep`` with
+    ``args={"step": N}`` (as the Chrome reader reads it: one step phase, numbered N).
+
+    >>> named_step(RangeRecord("ProfilerStep#7", "default", 0, 5, 1, 1)).args
+    {'step': 7}
+    """
+    if isinstance(rec, RangeRecord):
+        n = profiler_step(rec.name)
+        if n is not None:
+            return rec._replace(name=PROFILER_STEP, args={**(rec.args or {}), "step": n})
+    return rec
 
 
 def fold_name(name: str) -> str:
@@ -144,13 +176,47 @@ def steps_from_ranges(ranges: Iterable[tuple[int, int, object]], key: str) -> li
     return steps
 
 
-def steps_from_spans(spans: Iterable[Span]) -> list[Step]:
-    """Steps a file lists (``STEP_TIME``), numbered in order.
+def steps_from_spans(spans: Sequence[Span], keys: Sequence[str] = ()) -> list[Step]:
+    """Steps a file lists (``STEP_TIME``): keyed by ``keys`` (their ids) when there is one per
+    span, else numbered in order.
 
-    >>> steps_from_spans([(0, 4)])
-    [Step(start_ns=0, end_ns=4, key='1', time_ns=4)]
+    >>> steps_from_spans([(0, 4)]), steps_from_spans([(0, 4)], ["50"])[0].key
+    ([Step(start_ns=0, end_ns=4, key='1', time_ns=4)], '50')
     """
-    return [Step(s, e, str(i), e - s) for i, (s, e) in enumerate(spans, start=1)]
+    if len(keys) != len(spans):
+        keys = [str(i) for i in range(1, len(spans) + 1)]
+    return [Step(s, e, key, e - s) for (s, e), key in zip(spans, keys)]
+
+
+@dataclass
+class FileTrace(RankTrace):
+    """A trace as its file has it, with what a :class:`~mstx_marks.base.records.RankTrace`
+    does not hold: ``step_keys[i]`` is the id of ``steps[i]`` (a database's ``STEP_TIME.id``);
+    ``no_mstx`` says that the file recorded no MSTX range at all (a torch_npu database without
+    ``MSTX_EVENTS``), so that its steps are all it holds."""
+
+    step_keys: List[str] = field(default_factory=list)
+    no_mstx: bool = False
+
+
+def file_step_keys(trace: RankTrace) -> list[str]:
+    """The ids of ``trace``'s steps, one per step, when its file gave them (else empty)."""
+    keys = trace.step_keys if isinstance(trace, FileTrace) else []
+    return keys if len(keys) == len(trace.steps) else []
+
+
+def with_steps(trace: RankTrace, steps: Sequence[Step], **changes: object) -> FileTrace:
+    """``trace`` (with ``changes``) whose file steps are ``steps``, their keys kept.
+
+    >>> t = with_steps(RankTrace(0, []), [Step(5, 9, "50", 4)])
+    >>> t.steps, t.step_keys, find_steps(t)[0].key
+    ([(5, 9)], ['50'], '50')
+    """
+    values = {f.name: getattr(trace, f.name) for f in fields(trace) if f.init}
+    values.update(changes)
+    values["steps"] = [(s.start_ns, s.end_ns) for s in steps]
+    values["step_keys"] = [s.key for s in steps]
+    return FileTrace(**values)
 
 
 def find_steps(
@@ -159,7 +225,7 @@ def find_steps(
     """The steps of ``trace`` as the module docstring orders the sources."""
     options = options or StepOptions()
     if options.name is None and trace.steps:
-        return steps_from_spans(trace.steps)
+        return steps_from_spans(trace.steps, file_step_keys(trace))
     options = options.resolved(r.name for r in trace.records if isinstance(r, RangeRecord))
     chosen = [
         (r.start_ns, r.end_ns, dict(r.args) if r.args else None)

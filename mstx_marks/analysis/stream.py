@@ -30,6 +30,13 @@ aggregated exactly, as a spill is), else each of its processes (ours hold one pe
 a :class:`StreamAggregator`. Timelines take such a file only while it holds at most as many
 (:func:`read_held`).
 
+**Stages marked twice** (a range nested directly in one of the same phase on its thread, counted
+once: :mod:`~mstx_marks.analysis.stages`) are found as the ranges are read, by a
+:class:`~mstx_marks.analysis.stages.NestFrontier` per thread, which holds only the ranges a
+later one may still nest in or around: a stage range is counted once that is known. Ranges come
+in the order their file holds them: a spill's as they ended, a Chrome trace's as they started;
+both are placed exactly.
+
 **What it cannot give:** the breakdown (self times, unmarked, concurrent and outside-step time)
 nests each thread's ranges, which takes all of them at once. The part says ``streamed``; the
 summary shows those figures as not known (``-``) and a note names the file.
@@ -59,8 +66,10 @@ from mstx_marks.analysis.aggregate import (
 )
 from mstx_marks.analysis.mark_pairs import START_SUFFIX, STOP_SUFFIX
 from mstx_marks.analysis.quantiles import RELATIVE_ERROR, QuantileSketch, percentile
+from mstx_marks.analysis.stages import NestFrontier, is_automatic, range_name
 from mstx_marks.analysis.steps import (
     DEFAULT_STEP_NAMES,
+    Step,
     StepOptions,
     fold_name,
     steps_from_ranges,
@@ -231,12 +240,21 @@ class StreamAggregator:
         self.pids: set[int] = set()
         self.first_ns: int | None = None
         self.hi: int | None = None
-        #: Per range name as written: its phase and, when it may be a step, its step ranges.
-        self.names: dict[str, tuple[_Phase, _StepRanges | None]] = {}
+        #: Per range name as written: its phase, when it may be a step its step ranges, and
+        #: its phase's name when it is one of the stages (not a step nor an automatic one).
+        self.names: dict[str, tuple[_Phase, _StepRanges | None, str | None]] = {}
         self.phases: dict[str, _Phase] = {}
         self.marks: dict[tuple[int, int, str], _Marks] = {}
-        #: Steps the files list (a Chrome trace's, a database's), as find_steps prefers them.
+        #: Steps the files list (a Chrome trace's, a database's), as find_steps prefers them,
+        #: and their ids where the file gives them.
         self.file_steps: set[Span] = set()
+        self.file_step_keys: dict[Span, str] = {}
+        #: Per thread, its stage ranges a later one may still nest in or around.
+        self.frontiers: dict[tuple[int, int], NestFrontier] = {}
+        #: Per phase, its ranges counted once with the range of the same phase around them,
+        #: and their time.
+        self.merged: dict[str, int] = {}
+        self.merged_ns: dict[str, int] = {}
 
     def may_be_step(self, name: str) -> bool:
         """Whether ranges called ``name`` may turn out to be steps (before the names are all
@@ -254,34 +272,74 @@ class StreamAggregator:
         if self.first_ns is None or start < self.first_ns:
             self.first_ns = start
         if isinstance(rec, RangeRecord):
-            self._range(rec.name, start, rec.end_ns, rec.args)
+            self._range(
+                range_name(rec.name, rec.domain), start, rec.end_ns, rec.args,
+                (rec.pid, rec.thread),
+            )  # fmt: skip
         elif rec.name.endswith((START_SUFFIX, STOP_SUFFIX)):
             self._mark(rec)
 
-    def _range(self, name: str, start: int, end: int, args: Mapping[str, Any] | None) -> None:
+    def add_file_steps(self, steps: list[Step]) -> None:
+        """Steps the file lists (a database's ``STEP_TIME``), with their ids."""
+        for s in steps:
+            self.file_steps.add((s.start_ns, s.end_ns))
+            self.file_step_keys[(s.start_ns, s.end_ns)] = s.key
+
+    def _range(
+        self,
+        name: str,
+        start: int,
+        end: int,
+        args: Mapping[str, Any] | None,
+        thread: tuple[int, int],
+    ) -> None:
         entry = self.names.get(name)
         if entry is None:
             entry = self._name(name)
-        phase, steps = entry
+        phase, steps, stage = entry
         if steps is not None:  # (find_steps takes one that ends before it starts too)
             steps.add(start, end, args.get(self.options.key) if args else None)
         if end < start:
             self.backwards += 1
             return
-        phase.pending.append(end - start)
         if start < phase.first:
             phase.first = start
         if self.hi is None or end > self.hi:
             self.hi = end
+        if stage is not None:  # counted once whether it repeats the stage around it is known
+            frontier = self.frontiers.get(thread)
+            if frontier is None:
+                frontier = self.frontiers[thread] = NestFrontier(self._settle)
+            frontier.add(start, end, stage, (phase, end - start, stage))
+            return
+        phase.pending.append(end - start)
         if len(phase.pending) >= _BATCH:
             phase.flush()
 
-    def _name(self, name: str) -> tuple[_Phase, _StepRanges | None]:
+    def _settle(self, payload: tuple[_Phase, int, str], repeat: bool) -> None:
+        phase, duration, name = payload
+        if repeat:
+            self.merged[name] = self.merged.get(name, 0) + 1
+            self.merged_ns[name] = self.merged_ns.get(name, 0) + duration
+            return
+        phase.pending.append(duration)
+        if len(phase.pending) >= _BATCH:
+            phase.flush()
+
+    def _settle_all(self) -> None:
+        frontiers, self.frontiers = self.frontiers, {}
+        for frontier in frontiers.values():
+            frontier.close()
+
+    def _name(self, name: str) -> tuple[_Phase, _StepRanges | None, str | None]:
         folded = self.fold(name)
         phase = self.phases.get(folded)
         if phase is None:
             phase = self.phases[folded] = _Phase()
-        entry = self.names[name] = (phase, _StepRanges() if self.may_be_step(name) else None)
+        may_be_step = self.may_be_step(name)
+        stage = None if may_be_step or is_automatic(folded) else folded
+        entry = (phase, _StepRanges() if may_be_step else None, stage)
+        self.names[name] = entry
         return entry
 
     def _mark(self, rec: InstantRecord) -> None:
@@ -303,7 +361,7 @@ class StreamAggregator:
         order (ties in the order read), as :func:`~mstx_marks.analysis.mark_pairs.pair_marks`
         does; a pair counts as one range, and unmatched marks stay instants."""
         marks, self.marks = self.marks, {}
-        for (_pid, _tid, base), m in marks.items():
+        for (pid, tid, base), m in marks.items():
             times = m.times
             order: Any = range(len(times))
             if any(times[i] > times[i + 1] for i in range(len(times) - 1)):
@@ -317,14 +375,20 @@ class StreamAggregator:
                     value = m.keys.get(j)
                     args = None if value is None else {self.options.key: value}
                     self.n_records -= 1  # two marks make one range
-                    self._range(base, times[j], times[i], args)
+                    self._range(base, times[j], times[i], args, (pid, tid))
 
     def merge(self, other: StreamAggregator) -> StreamAggregator:
         """Add ``other``'s records (another process of the same rank and role) to these."""
+        self._settle_all()
+        other._settle_all()
         self.n_records += other.n_records
         self.backwards += other.backwards
         self.pids |= other.pids
         self.file_steps |= other.file_steps
+        self.file_step_keys.update(other.file_step_keys)
+        for name, n in other.merged.items():
+            self.merged[name] = self.merged.get(name, 0) + n
+            self.merged_ns[name] = self.merged_ns.get(name, 0) + other.merged_ns.get(name, 0)
         if other.first_ns is not None and (self.first_ns is None or other.first_ns < self.first_ns):
             self.first_ns = other.first_ns
         if other.hi is not None and (self.hi is None or other.hi > self.hi):
@@ -334,10 +398,10 @@ class StreamAggregator:
                 self.phases[folded].merge(phase)
             else:
                 self.phases[folded] = phase
-        for name, (_, steps) in other.names.items():
+        for name, (_, steps, stage) in other.names.items():
             mine = self.names.get(name)
             if mine is None:  # (whether a name may be a step depends on the options alone)
-                self.names[name] = (self.phases[self.fold(name)], steps)
+                self.names[name] = (self.phases[self.fold(name)], steps, stage)
             elif mine[1] is not None and steps is not None:
                 mine[1].extend(steps)
         for key, m in other.marks.items():
@@ -351,6 +415,7 @@ class StreamAggregator:
         """The part of the records added, with ``trace``'s rank, role, source and what its
         reader counted (dropped, skipped, complete); ends this aggregator's use."""
         self._pair_marks()
+        self._settle_all()
         options = self.options.resolved(self.names)
         step_names = [n for n in self.names if options.is_step(n, self.fold)]
         for p in self.phases.values():
@@ -373,10 +438,14 @@ class StreamAggregator:
             complete=trace.complete,
             step_phases=frozenset(self.fold(n) for n in step_names),
             streamed=True,
+            merged=dict(self.merged),
+            merged_ns=dict(self.merged_ns),
         )
         file_steps = sorted(self.file_steps | set(trace.steps))
         if self.options.name is None and file_steps:
-            return part.set_steps(steps_from_spans(file_steps))
+            keys = [self.file_step_keys.get(s) for s in file_steps]
+            listed = [k for k in keys if k is not None]
+            return part.set_steps(steps_from_spans(file_steps, listed))
         stores = [s for n in step_names if (s := self.names[n][1]) is not None]
         return _set_steps(part, stores, options.key)
 

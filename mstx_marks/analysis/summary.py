@@ -8,6 +8,10 @@ total over fastest, and which rank is slowest). Everything is per role first (th
 part in the job: ``TaskRunner``, ``WorkerDict``, ``EngineCore_DP0``, ...; see
 :func:`mstx_marks.export.out.process_role`), then per rank: the processes of an RL job on one
 GPU all say rank 0, and only their roles tell them apart, so two roles are never summed.
+A stage marked twice (a range nested directly in one of the same phase on its thread, as verl's
+``actor_compute_log_prob`` around ours) counts once, which a note says; the annotations PyTorch
+and HCCL make by themselves (``nccl:all_reduce``, ``Optimizer.step#...``, ``hccl:<op>``) are
+shown apart from the user's phases (:mod:`mstx_marks.analysis.stages`).
 
 :func:`summarize_path` (what the command runs) streams: each file is reduced where it is read,
 in worker processes, to a few numbers per phase (:mod:`mstx_marks.analysis.aggregate`; a database
@@ -35,7 +39,6 @@ rest.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -62,7 +65,14 @@ from mstx_marks.analysis.readers import (
 )
 from mstx_marks.analysis.readers.chrome_json import NothingToRead
 from mstx_marks.analysis.readers.pool import Progress, default_jobs, map_files
-from mstx_marks.analysis.steps import StepOptions, find_steps, fold_name
+from mstx_marks.analysis.steps import (
+    StepOptions,
+    file_step_keys,
+    find_steps,
+    fold_name,
+    steps_from_spans,
+    with_steps,
+)
 from mstx_marks.analysis.stream import StreamAggregator, TooLargeToHold
 from mstx_marks.analysis.summary_text import format_csv, format_json, format_table, printable
 from mstx_marks.base.records import Member, RankTrace, TraceFileError
@@ -104,7 +114,8 @@ def summarize(
 def _no_traces(root: Path) -> str:
     return (
         f"{root}: no traces found (looked for *.trace.json, trace.json, trace_view.json, "
-        "ascend_pytorch_profiler*.db and spill/*.jsonl)"
+        "torch.profiler's JSON under any name, ascend_pytorch_profiler*.db, msprof_*.db and "
+        "spill/*.jsonl)"
     )
 
 
@@ -176,8 +187,12 @@ def _joined(member: Member, group: Sequence[RankTrace]) -> RankTrace:
     if len(group) == 1:
         return group[0]
     records = sorted((r for t in group for r in t.records), key=lambda r: r.start_ns)
+    keys = {s: k for t in group for s, k in zip(t.steps, file_step_keys(t))}
     steps = sorted({s for t in group for s in t.steps})
-    return RankTrace(member.rank, records, steps, group[0].source, member.role, group[0].run)
+    joined = RankTrace(member.rank, records, steps, group[0].source, member.role, group[0].run)
+    if all(s in keys for s in steps):  # each file named its steps: keep their ids
+        return with_steps(joined, steps_from_spans(steps, [keys[s] for s in steps]))
+    return joined
 
 
 def load_traces(
@@ -218,9 +233,7 @@ def load_traces(
             for tid, name in named.get((trace.rank, pid), {}).items():
                 trace.thread_names.setdefault(tid, name)
         if steps is not None:
-            found = find_steps(trace, steps)
-            spans = [(s.start_ns, s.end_ns) for s in found]
-            trace = dataclasses.replace(trace, steps=spans)
+            trace = with_steps(trace, find_steps(trace, steps))
         traces.append(trace)
     return traces, errors, notes
 
@@ -410,7 +423,7 @@ def summarize_path(
             parts.extend(value)
     notes.extend(_streamed_notes(parts))
     summary = combine(parts)
-    summary.errors, summary.notes = errors, notes
+    summary.errors, summary.notes = errors, notes + summary.notes
     return summary
 
 
@@ -451,7 +464,7 @@ def run_summary(
     if svg or html or trace:  # pictures need every range: read them into memory
         traces, errors, notes = load_traces(path, run=run)
         summary = summarize(traces, steps=steps)
-        summary.errors, summary.notes = errors, notes
+        summary.errors, summary.notes = errors, notes + summary.notes
     else:
         summary = summarize_path(path, steps, jobs, run=run)
     for note in summary.notes:

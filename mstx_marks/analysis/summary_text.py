@@ -122,6 +122,19 @@ def _unmarked_rows(summary: Summary, members: list[Member], width: int) -> list[
     return lines
 
 
+#: The heading of the block of automatic annotations (see :mod:`~.stages`).
+AUTOMATIC = "automatic annotations (PyTorch's and HCCL's own, not the user's phases):"
+
+
+def _automatic_rows(phases: list[PhaseSummary], names: dict[str, str], width: int) -> list[str]:
+    """The block of a role's automatic annotations: apart from its phases, and no shares."""
+    automatic = [p for p in phases if p.automatic]
+    if not automatic:
+        return []
+    rows, _ = _rows(automatic, names, width)
+    return [AUTOMATIC, *rows]
+
+
 def _footnote(summary: Summary) -> list[str]:
     """What the share columns mean, and why they add up beyond 100 % when they do."""
     lines = [
@@ -142,6 +155,13 @@ def _footnote(summary: Summary) -> list[str]:
             if outside:
                 why.append(f"{_ms(outside)} ms of phases outside steps")
             lines.append(f"  {printable(m.label)}: beyond 100 % by " + " and ".join(why))
+    if any(p.automatic for p in summary.phases):
+        lines += [
+            "automatic annotations: record_function ranges that DDP, FSDP, the optimizers, the",
+            "  DataLoader, process groups and torch.compile make by themselves, and HCCL's",
+            "  collectives (hccl:<op>): on any thread, inside steps or not; not in the shares,",
+            "  the self times or (unmarked)",
+        ]
     unknown = [printable(m.label) for m in summary.members() if m not in summary.unmarked_ns]
     if unknown:
         lines.append(
@@ -154,7 +174,9 @@ def _footnote(summary: Summary) -> list[str]:
 def format_table(summary: Summary) -> str:
     """The human-readable table: per phase, an ``all`` row and one row per rank. When the
     processes have roles, one block per role (``== role ==``), each with its ranks' steps and
-    its phases: a role's figures are never mixed with another's, even on the same rank.
+    its phases: a role's figures are never mixed with another's, even on the same rank. The
+    annotations PyTorch and HCCL make by themselves follow the ``(unmarked)`` row, under
+    :data:`AUTOMATIC`, without shares.
 
     >>> from mstx_marks.base.records import RangeRecord, RankTrace
     >>> from mstx_marks.analysis.summary import summarize
@@ -185,8 +207,9 @@ def format_table(summary: Summary) -> str:
             + ", ".join(_steps_phrase(summary, m) for m in members),
             header,
         ]
-        rows, sketched = _rows(summary.phases, names, width)
+        rows, sketched = _rows([p for p in summary.phases if not p.automatic], names, width)
         lines += rows + _unmarked_rows(summary, members, width)
+        lines += _automatic_rows(summary.phases, names, width)
     else:
         members = summary.members()
         lines = [
@@ -200,8 +223,9 @@ def format_table(summary: Summary) -> str:
         for role in roles:
             steps = ", ".join(_steps_phrase(summary, m) for m in summary.members(role))
             lines += ["", f"== {printable(role) or '(no role)'} == {steps}", header]
-            rows, more = _rows(summary.phases_of(role), names, width)
+            rows, more = _rows(summary.phases_of(role, automatic=False), names, width)
             lines += rows + _unmarked_rows(summary, summary.members(role), width)
+            lines += _automatic_rows(summary.phases_of(role), names, width)
             sketched |= more
     lines += _footnote(summary)
     if sketched == {"all"}:
@@ -219,21 +243,23 @@ def format_table(summary: Summary) -> str:
 
 
 _CSV_FIELDS = (
-    "phase", "rank", *Stats.__dataclass_fields__, "imbalance", "slowest_rank", "role"
+    "phase", "rank", *Stats.__dataclass_fields__, "imbalance", "slowest_rank", "automatic",
+    "role",
 )  # fmt: skip
 
 
 def format_csv(summary: Summary) -> str:
     """One CSV row per role, phase and rank (``rank`` is ``all`` for the row across the role's
-    ranks; ``role`` is the last column, empty when unknown)."""
+    ranks; ``automatic`` is ``True`` for an annotation the frameworks make by themselves, see
+    :mod:`~mstx_marks.analysis.stages`; ``role`` is the last column, empty when unknown)."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(_CSV_FIELDS)
     for p in summary.phases:
-        row = [p.name, "all", *asdict(p.overall).values(), p.imbalance, p.slowest_rank, p.role]
-        writer.writerow(row)
+        overall = asdict(p.overall).values()
+        writer.writerow([p.name, "all", *overall, p.imbalance, p.slowest_rank, p.automatic, p.role])
         for rank, s in p.per_rank.items():
-            writer.writerow([p.name, rank, *asdict(s).values(), "", "", p.role])
+            writer.writerow([p.name, rank, *asdict(s).values(), "", "", p.automatic, p.role])
     return out.getvalue()
 
 
@@ -269,6 +295,7 @@ def format_json(summary: Summary) -> dict[str, Any]:
                 "imbalance": p.imbalance,
                 "slowest_rank": p.slowest_rank,
                 "is_step": p.is_step,
+                "automatic": p.automatic,
             }
             for p in summary.phases
         ],

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from mstx_marks.analysis.mark_pairs import pair_marks
+from mstx_marks.analysis.stages import range_name
 from mstx_marks.base.records import RangeRecord, RankTrace
 from mstx_marks.export import atomic_write_bytes
 
@@ -156,7 +157,7 @@ def render_svg(
 
     colors: dict[str, str] = {}
     for r in sorted(every, key=lambda r: r.start_ns):
-        name = _xml_text(name_of(r.name))
+        name = _xml_text(name_of(range_name(r.name, r.domain)))
         colors.setdefault(name, _color(len(colors), name))
 
     svg = ET.Element("svg", xmlns="http://www.w3.org/2000/svg", width=str(_WIDTH))
@@ -228,7 +229,7 @@ def render_svg(
                 ).text = text
         bars = [(r, lane, top) for track, top in zip(tracks, tops) for r, lane in track.bars]
         for r, lane, top in sorted(bars, key=lambda b: (b[0].start_ns, -b[0].end_ns)):
-            name = _xml_text(name_of(r.name))
+            name = _xml_text(name_of(range_name(r.name, r.domain)))
             geometry = {
                 "x": str(x(r.start_ns)),
                 "y": str(top + lane * _LANE),

@@ -1,11 +1,20 @@
 """Find every trace file under a folder and read it, whatever wrote it.
 
-Kinds (:func:`find_trace_files` finds them by name, anywhere under the folder):
+Kinds (:func:`find_trace_files` finds them by name, anywhere under the folder, and Kineto's by
+their first bytes):
 
 ==========================================  ===================================================
 ``ascend_pytorch_profiler[_N].db``           an Ascend profiler database, ours or torch_npu's
+``msprof_*.db``                              msprof's database (CANN's own capture,
+                                             ``PROF_*/[mindstudio_profiler_output/]``); not
+                                             read inside a torch_npu output folder, whose
+                                             ``ascend_pytorch_profiler`` database holds its
+                                             events again
 ``*.trace.json[.gz]``, ``trace.json``        a Chrome trace: ours, torch.profiler's
                                              (``*.pt.trace.json``) or any other tool's
+``*.json[.gz]`` starting as Kineto's         torch.profiler's under any other name
+                                             (``export_chrome_trace("x.json")``,
+                                             ``*_kineto.json.gz``): ``{"schemaVersion"`` first
 ``ASCEND_PROFILER_OUTPUT/trace_view.json``   torch_npu's text export
 ``spill/*.jsonl``                            the flight recorder's spill (``MSTX_MARKS_OUT``)
 ==========================================  ===================================================
@@ -38,6 +47,7 @@ from __future__ import annotations
 import os
 import re
 import stat
+import zlib
 from pathlib import Path
 from typing import Any, Callable
 
@@ -45,13 +55,13 @@ from mstx_marks.analysis import stream
 from mstx_marks.analysis.aggregate import ProcessPart, aggregate_trace
 from mstx_marks.analysis.mark_pairs import pair_marks
 from mstx_marks.analysis.readers import chrome_json
-from mstx_marks.analysis.readers.ascend_sql import aggregate_db, db_events
+from mstx_marks.analysis.readers.ascend_sql import aggregate_db, db_about, db_events
 from mstx_marks.analysis.readers.chrome_json import (
     NothingToRead,
     read_foreign_chrome,
     stream_trace_json,
 )
-from mstx_marks.analysis.steps import StepOptions, fold_name
+from mstx_marks.analysis.steps import StepOptions, fold_name, named_step, with_steps
 from mstx_marks.analysis.stream import (
     HoldOrStream,
     StreamAggregator,
@@ -59,7 +69,7 @@ from mstx_marks.analysis.stream import (
     read_held,
     read_spill_held,
 )
-from mstx_marks.base.records import RankTrace, Record
+from mstx_marks.base.records import RankTrace, Record, TraceFileError
 from mstx_marks.export.ascend_db import read_ascend_db, text
 from mstx_marks.export.chrome import (
     JsonTooLarge,
@@ -68,12 +78,13 @@ from mstx_marks.export.chrome import (
     load_trace_json,
     read_chrome_doc,
 )
-from mstx_marks.export.files import is_temp_name, sweep_temps
+from mstx_marks.export.files import is_temp_name, open_regular, sweep_temps
 from mstx_marks.export.spill import SPILL_SUFFIX, read_spill
 
 __all__ = [
     "NothingToRead",
     "find_trace_files",
+    "is_kineto_json",
     "is_trace_file",
     "part_of_file",
     "peak_estimate",
@@ -81,15 +92,24 @@ __all__ = [
     "streams_of_file",
 ]
 
-_DB_FILE = re.compile(r"ascend_pytorch_profiler(?:_\d+)?\.db\Z")
+_DB_FILE = re.compile(r"(?:ascend_pytorch_profiler(?:_\d+)?|msprof_[^/]*)\.db\Z")
+_MSPROF_DB = re.compile(r"msprof_[^/]*\.db\Z")
 _JSON_FILE = re.compile(r"(?:.*\.trace\.json|trace\.json|trace_view\.json)(?:\.gz)?\Z")
+_ANY_JSON = re.compile(r".*\.json(?:\.gz)?\Z")
+#: How Kineto's JSON begins (libkineto writes ``schemaVersion`` as its first key).
+_KINETO_START = re.compile(rb'\s*\{\s*"schemaVersion"\s*:')
+#: The torch_npu output folder's table of every process event (msprof's database copied in).
+_TORCH_NPU_DB = "ASCEND_PROFILER_OUTPUT/ascend_pytorch_profiler*.db"
 
 
 def is_trace_file(path: Path) -> bool:
-    """Whether ``path``'s name is one of the kinds above.
+    """Whether ``path``'s name is one of the kinds above (Kineto's under another name are found
+    by :func:`find_trace_files`, which reads their first bytes).
 
     >>> [is_trace_file(Path(n)) for n in ("a.pt.trace.json.gz", "trace.json", "x.json")]
     [True, True, False]
+    >>> is_trace_file(Path("PROF_1/mindstudio_profiler_output/msprof_20250101.db"))
+    True
     >>> is_trace_file(Path(".rank0-h-1.trace.json.1@h.x.tmp")), is_trace_file(Path("r.db-journal"))
     (False, False)
     """
@@ -99,6 +119,35 @@ def is_trace_file(path: Path) -> bool:
     if _DB_FILE.match(name) or _JSON_FILE.match(name):
         return True
     return path.parent.name == "spill" and name.endswith(SPILL_SUFFIX)
+
+
+def is_kineto_json(path: Path) -> bool:
+    """Whether the JSON file at ``path`` (gzipped when its name ends in ``.gz``) begins as
+    torch.profiler's (Kineto's) does, whatever its name; reads its first bytes only.
+
+    >>> import tempfile
+    >>> folder = Path(tempfile.mkdtemp())
+    >>> _ = (folder / "a.json").write_text('{"schemaVersion": 1, "traceEvents": []}')
+    >>> _ = (folder / "b.json").write_text('{"rank": 0}')
+    >>> is_kineto_json(folder / "a.json"), is_kineto_json(folder / "b.json")
+    (True, False)
+    """
+    try:
+        with open_regular(path, gunzip=True) as f:
+            return _KINETO_START.match(f.read(256)) is not None
+    except (OSError, EOFError, zlib.error, TraceFileError):
+        return False  # not Kineto's, or unreadable: not one of ours to name
+
+
+def _inside_torch_npu_output(path: Path, root: Path) -> bool:
+    """Whether the msprof database at ``path`` lies in a torch_npu output folder (under
+    ``root``) whose own database holds its events again (``<x>_ascend_pt/PROF_*/...``)."""
+    for folder in path.parents:
+        if folder == root:  # (a PROF_ folder named to summary is read, whatever is beside it)
+            break
+        if folder.name.startswith("PROF_"):
+            return any(folder.parent.glob(_TORCH_NPU_DB))
+    return False
 
 
 def find_trace_files(path: str | Path, errors: list[str] | None = None) -> list[Path]:
@@ -123,7 +172,16 @@ def find_trace_files(path: str | Path, errors: list[str] | None = None) -> list[
 
     for folder, _dirs, files in os.walk(root, onerror=unreadable):
         base = Path(folder)
-        found.extend(base / f for f in files if is_trace_file(base / f) and _regular(base / f))
+        for f in files:
+            path = base / f
+            if is_trace_file(path):
+                if not _regular(path):
+                    continue
+                if _MSPROF_DB.match(f) and _inside_torch_npu_output(path, root):
+                    continue
+                found.append(path)
+            elif _ANY_JSON.match(f) and not is_temp_name(f) and is_kineto_json(path):
+                found.append(path)
         if any(is_temp_name(f) for f in files):
             sweep_temps(base)  # what writers killed mid-write left (only theirs: never raises)
     return sorted(found)
@@ -158,11 +216,17 @@ def _json_doc(path: Path) -> tuple[Any, bool]:
 
 
 def _db_traces(path: Path, sink: RecordSink) -> list[RankTrace]:
-    """The database's trace, its records handed to ``sink`` as :func:`read_held` takes them."""
+    """The database's trace (a :class:`~..steps.FileTrace`: its steps keep their ids), its
+    records handed to ``sink`` as :func:`read_held` takes them; only its steps when it recorded
+    no MSTX range (no ``MSTX_EVENTS`` table)."""
+    about = db_about(path)
+    if not about.has_events:
+        bare = RankTrace(about.rank, [], source=path, role=about.role)
+        return [with_steps(bare, about.steps, no_mstx=True)]
     trace = RankTrace(0, [])
-    found = read_ascend_db(path, sink=lambda rec: sink(trace, rec))
+    found = read_ascend_db(path, sink=lambda rec: sink(trace, named_step(rec)))
     found.records = trace.records
-    return [found]
+    return [with_steps(found, about.steps, rank=about.rank)]
 
 
 def _json_traces(path: Path, doc: Any, sink: RecordSink | None = None) -> list[RankTrace]:
@@ -219,8 +283,14 @@ def streams_of_file(
         agg = StreamAggregator(fold, steps)
         return [(read_spill(path, sink=agg.add), agg)]
     if path.suffix == ".db":
+        about = db_about(path)
         agg = StreamAggregator(fold, steps)
-        pairs = [(_clean(read_ascend_db(path, sink=agg.add)), agg)]
+        agg.add_file_steps(about.steps)
+        add = lambda rec: agg.add(named_step(rec))  # noqa: E731
+        trace = read_ascend_db(path, sink=add) if about.has_events else RankTrace(0, [])
+        trace.rank, trace.role = about.rank, trace.role or about.role
+        trace.steps = []  # (its steps, with their ids: given above)
+        pairs = [(_clean(trace), agg)]
     else:
         sink = HoldOrStream(fold, steps, hold=0)
         doc, _ = _json_doc(path)

@@ -1,15 +1,21 @@
 """An Ascend profiler database summarised inside SQLite: no record is built in Python.
 
-``summary`` reads a database (ours or torch_npu's, the layout :mod:`mstx_marks.export.ascend_db`
-describes) with a handful of queries: the names once (``STRING_IDS``; a ``BLOB`` name is decoded
-as UTF-8 with replacement), the ranges once as plain tuples (thread, start, end, message: their
-durations give exact per-rank percentiles, their nesting the self times, see
-:func:`~mstx_marks.analysis.aggregate.breakdown`), the first start of each message, the steps
-(``STEP_TIME``, or a step phase's ranges), and only those marks that may pair
-(``X_start``/``X_stop``, see :mod:`mstx_marks.analysis.mark_pairs`). It gives the same
-:class:`~mstx_marks.analysis.aggregate.ProcessPart` as reading the file with
+``summary`` reads a database (ours, torch_npu's or msprof's, the layout
+:mod:`mstx_marks.export.ascend_db` describes) with a handful of queries: the names once
+(``STRING_IDS``; a ``BLOB`` name is decoded as UTF-8 with replacement), the ranges once as plain
+tuples (thread, start, end, message, domain: their durations give exact per-rank percentiles,
+their nesting the self times, see :func:`~mstx_marks.analysis.aggregate.breakdown`, and the
+stages marked twice, see :mod:`mstx_marks.analysis.stages`), the first start of each message in
+each domain, the steps (``STEP_TIME`` with their ids, or a step phase's ranges), and only those
+marks that may pair (``X_start``/``X_stop``, see :mod:`mstx_marks.analysis.mark_pairs`). It
+gives the same :class:`~mstx_marks.analysis.aggregate.ProcessPart` as reading the file with
 :func:`~mstx_marks.export.read_ascend_db` and aggregating the records (the tests hold the two to
 it), in a fraction of the time and memory.
+
+torch_npu creates ``MSTX_EVENTS`` only when a range was recorded: a database without it is read
+for its steps alone (``no_mstx``, which the summary notes). The rank is the file name's
+(``ascend_pytorch_profiler_<rank>.db``), else ``RANK_DEVICE_MAP``'s (msprof's
+``msprof_<time>.db`` names a time, not a rank), else ``profiler_info_<rank>.json``'s, else 0.
 
 >>> import tempfile, pathlib
 >>> from mstx_marks.base.records import RangeRecord, RankTrace
@@ -23,17 +29,23 @@ it), in a fraction of the time and memory.
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from contextlib import closing
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 from mstx_marks.analysis.aggregate import ProcessPart, phase_agg
 from mstx_marks.analysis.mark_pairs import START_SUFFIX, STOP_SUFFIX, pair_marks
+from mstx_marks.analysis.readers.chrome_json import NothingToRead
+from mstx_marks.analysis.stages import is_automatic, nested_repeats, range_name
 from mstx_marks.analysis.steps import (
+    PROFILER_STEP,
+    Step,
     StepOptions,
     fold_name,
     merge_spans,
+    profiler_step,
     steps_from_ranges,
     steps_from_spans,
 )
@@ -49,7 +61,7 @@ from mstx_marks.export.ascend_db import (
     text,
 )
 
-__all__ = ["aggregate_db", "db_events"]
+__all__ = ["DbAbout", "aggregate_db", "db_about", "db_events"]
 
 _MARKS = f"({EVENT_MARKER}, {EVENT_INSTANT})"
 _KINDS = f"({EVENT_MARKER}, {EVENT_PUSH_POP}, {EVENT_RANGE}, {EVENT_INSTANT})"
@@ -77,6 +89,95 @@ def db_events(path: Path) -> int:
         return 0
 
 
+class DbAbout(NamedTuple):
+    """What a database says of itself besides its events: whether it has ``MSTX_EVENTS``, the
+    steps it lists (``STEP_TIME``, keyed by their ids) and its rank (see the module's
+    docstring)."""
+
+    has_events: bool
+    steps: list[Step]
+    rank: int
+    role: str = ""
+
+
+def _connect(path: Path) -> closing[sqlite3.Connection]:
+    return closing(sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True))
+
+
+def _tables(db: sqlite3.Connection) -> set[str]:
+    return {r[0] for r in _query(db, "SELECT name FROM sqlite_master WHERE type='table'")}
+
+
+def db_about(path: Path) -> DbAbout:
+    """:class:`DbAbout` of the database at ``path``; :class:`TraceFileError` naming the file
+    when it is not a profiler database, :class:`NothingToRead` when it holds neither MSTX
+    events nor steps.
+
+    >>> import tempfile, pathlib, sqlite3
+    >>> db = pathlib.Path(tempfile.mkdtemp()) / "ascend_pytorch_profiler_1.db"
+    >>> with sqlite3.connect(db) as c:
+    ...     _ = c.executescript("CREATE TABLE STRING_IDS(id INTEGER PRIMARY KEY, value TEXT);"
+    ...         "CREATE TABLE STEP_TIME(id INTEGER, startNs INTEGER, endNs INTEGER);"
+    ...         "INSERT INTO STEP_TIME VALUES (50, 100, 250)")
+    >>> about = db_about(db)
+    >>> about.has_events, about.rank, [(s.key, s.time_ns) for s in about.steps]
+    (False, 1, [('50', 150)])
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise TraceFileError(path, "no such file")
+    try:
+        with _connect(path) as db:
+            tables = _tables(db)
+            has_events = _has_events(path, tables)
+            rank, role = _rank(path, db, tables), db_role(db, tables)
+            return DbAbout(has_events, _file_steps(db, tables), rank, role)
+    except (TypeError, ValueError, OverflowError) as e:
+        raise TraceFileError(path, f"has a malformed STEP_TIME row ({e})") from e
+    except sqlite3.Error as e:
+        raise TraceFileError(path, f"is not a readable profiler database ({e})") from e
+
+
+def _has_events(path: Path, tables: set[str]) -> bool:
+    """Whether the database has ``MSTX_EVENTS``; raises when it is no profiler database."""
+    if "STRING_IDS" not in tables:
+        missing = " or ".join(sorted({"MSTX_EVENTS", "STRING_IDS"} - tables))
+        raise TraceFileError(path, f"has no {missing} table")
+    if "MSTX_EVENTS" in tables:
+        return True
+    if "STEP_TIME" not in tables:
+        raise NothingToRead(
+            path,
+            "is a profiler database with no MSTX_EVENTS table (no MSTX range was recorded) and"
+            " no steps; nothing to summarise",
+        )
+    return False
+
+
+def _file_steps(db: sqlite3.Connection, tables: set[str]) -> list[Step]:
+    """The steps ``STEP_TIME`` lists, keyed by their ids (torch_npu's ProfilerStep numbers)."""
+    if "STEP_TIME" not in tables:
+        return []
+    rows = _query(
+        db,
+        "SELECT id, startNs, endNs FROM STEP_TIME"
+        " WHERE startNs IS NOT NULL AND endNs IS NOT NULL ORDER BY id",
+    )
+    ids = [i for i, _, _ in rows]
+    keys = [str(int(i)) for i in ids] if all(isinstance(i, int) for i in ids) else []
+    return steps_from_spans([(int(s), int(e)) for _, s, e in rows], keys)
+
+
+def _rank(path: Path, db: sqlite3.Connection, tables: set[str]) -> int:
+    if not _MSPROF.match(path.name) or "RANK_DEVICE_MAP" not in tables:
+        return rank_of_db(path)
+    ranks = {r for (r,) in _query(db, "SELECT rankId FROM RANK_DEVICE_MAP") if isinstance(r, int)}
+    return ranks.pop() if len(ranks) == 1 else rank_of_db(path)
+
+
+_MSPROF = re.compile(r"msprof_.*\.db\Z")
+
+
 def aggregate_db(
     path: Path,
     fold: Callable[[str], str] = fold_name,
@@ -89,7 +190,7 @@ def aggregate_db(
     if not path.is_file():
         raise TraceFileError(path, "no such file")
     try:
-        with closing(sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)) as db:
+        with _connect(path) as db:
             return _aggregate(db, path, fold, steps)
     except TraceFileError:
         raise
@@ -102,14 +203,23 @@ def aggregate_db(
 def _aggregate(
     db: sqlite3.Connection, path: Path, fold: Callable[[str], str], steps: StepOptions
 ) -> ProcessPart:
-    tables = {r[0] for r in _query(db, "SELECT name FROM sqlite_master WHERE type='table'")}
-    missing = {"MSTX_EVENTS", "STRING_IDS"} - tables
-    if missing:
-        raise TraceFileError(path, f"has no {' or '.join(sorted(missing))} table")
+    tables = _tables(db)
+    about = db_process(db, tables, RankTrace(0, []))
+    if not _has_events(path, tables):
+        part = ProcessPart(
+            run=about.run, instance=about.instance, rank=_rank(path, db, tables),
+            role=db_role(db, tables), pids=frozenset(), source=path, no_mstx=True,
+        )  # fmt: skip
+        found = _file_steps(db, tables)
+        return part.set_steps(found).set_breakdown([], merge_spans(s[:2] for s in found))
     names = {i: text(v, "<unnamed>") for i, v in _query(db, "SELECT id, value FROM STRING_IDS")}
 
     def name_of(message: Any) -> str:
         return names.get(message, "<unnamed>") if message is not None else "<unnamed>"
+
+    def raw_of(message: Any, domain: Any) -> str:
+        name = range_name(name_of(message), names.get(domain, "default"))
+        return PROFILER_STEP if profiler_step(name) is not None else name
 
     ((n_rows, first_ns),) = _query(
         db, f"SELECT COUNT(*), MIN(startNs) FROM MSTX_EVENTS WHERE {_VALID}"
@@ -119,27 +229,10 @@ def _aggregate(
     )}  # fmt: skip
     where_ranges = f"{_VALID} AND eventType IN {_RANGE_KINDS}"
     firsts = _query(
-        db, f"SELECT message, MIN(startNs), MAX(endNs) FROM MSTX_EVENTS WHERE {where_ranges}"
-        " GROUP BY message"
+        db, "SELECT message, domainId, MIN(startNs), MAX(endNs) FROM MSTX_EVENTS"
+        f" WHERE {where_ranges} GROUP BY message, domainId"
     )  # fmt: skip
-    durations: dict[str, list[int]] = {}
-    first: dict[str, int] = {}
-    ends: list[int] = []
-    for message, lo, hi in firsts:
-        name = fold(name_of(message))
-        first[name] = min(first.get(name, int(lo)), int(lo))
-        ends.append(int(hi))
-    # The ranges, read once: their durations here, their nesting for the self times below.
-    ranges = db.execute(
-        f"SELECT globalTid, startNs, -endNs, message FROM MSTX_EVENTS WHERE {where_ranges}"
-    ).fetchall()
-    by_message: dict[Any, list[int]] = {}
-    for _, start, neg_end, message in ranges:
-        by_message.setdefault(message, []).append(-neg_end - start)
-    for message, ds in by_message.items():
-        name = fold(name_of(message))
-        durations[name] = sorted(durations.get(name, []) + ds)
-    del by_message
+    raw = {(m, d): raw_of(m, d) for m, d, _, _ in firsts}
 
     # Marks that mstx_sum would pair into ranges.
     pairable = [i for i, v in names.items() if v.endswith(START_SUFFIX) or v.endswith(STOP_SUFFIX)]
@@ -158,17 +251,56 @@ def _aggregate(
             )
         ]  # fmt: skip
         paired = [r for r in pair_marks(marks) if isinstance(r, RangeRecord)]
+
+    steps = steps.resolved([*raw.values(), *(r.name for r in paired)])
+    # What each (message, domain) is: a step, an automatic annotation, or one of the stages.
+    phase = {key: fold(name) for key, name in raw.items()}
+    step_keys = {key for key, name in raw.items() if steps.is_step(name, fold)}
+    auto_keys = {key for key in raw if key not in step_keys and is_automatic(phase[key])}
+    first: dict[str, int] = {}
+    ends: list[int] = []
+    for m, d, lo_ns, hi_ns in firsts:
+        name = phase[(m, d)]
+        first[name] = min(first.get(name, int(lo_ns)), int(lo_ns))
+        ends.append(int(hi_ns))
+
+    # The ranges, read once: the stages' nesting (self times, stages marked twice); the
+    # durations of all.
+    durations: dict[str, list[int]] = {}
+    nested: list[tuple[Any, int, int, str]] = []
+    rows = db.execute(
+        "SELECT globalTid, startNs, -endNs, message, domainId FROM MSTX_EVENTS"
+        f" WHERE {where_ranges}"
+    )
+    for g, start, neg_end, m, d in rows:
+        key = (m, d)
+        if key in step_keys or key in auto_keys:
+            durations.setdefault(phase[key], []).append(-neg_end - start)
+        else:
+            nested.append((g or 0, start, neg_end, phase[key]))
+    step_phases = {phase[key] for key in step_keys}
     for r in paired:
         name = fold(r.name)
-        durations[name] = sorted([*durations.get(name, []), r.end_ns - r.start_ns])
         first[name] = min(first.get(name, r.start_ns), r.start_ns)
         ends.append(r.end_ns)
+        if steps.is_step(r.name, fold):
+            step_phases.add(name)
+        if steps.is_step(r.name, fold) or is_automatic(name):
+            durations.setdefault(name, []).append(r.end_ns - r.start_ns)
+        else:
+            nested.append(((r.pid << 32) | r.thread, r.start_ns, -r.end_ns, name))
+    repeats = set(nested_repeats(nested))
+    merged: dict[str, int] = {}
+    merged_ns: dict[str, int] = {}
+    for i, (_, start, neg_end, name) in enumerate(nested):
+        if i in repeats:
+            merged[name] = merged.get(name, 0) + 1
+            merged_ns[name] = merged_ns.get(name, 0) - neg_end - start
+        else:
+            durations.setdefault(name, []).append(-neg_end - start)
 
-    steps = steps.resolved([*(name_of(m) for m, _, _ in firsts), *(r.name for r in paired)])
     found, windows = _steps(db, tables, names, paired, fold, steps)
-    nested, step_phases = _nested(ranges, name_of, paired, fold, steps)
     lo = min(first.values(), default=None)
-    about = db_process(db, tables, RankTrace(0, []))
     ((n_all,),) = _query(db, f"SELECT COUNT(*) FROM MSTX_EVENTS WHERE eventType IN {_KINDS}")
     return (
         ProcessPart(
@@ -176,45 +308,21 @@ def _aggregate(
             instance=about.instance,
             dropped=about.dropped,
             skipped=int(n_all) - int(n_rows),
-            rank=rank_of_db(path),
+            rank=_rank(path, db, tables),
             role=db_role(db, tables),
             pids=frozenset(pids),
             source=path,
             n_records=int(n_rows) - len(paired),
             span=None if lo is None else (lo, max(ends)),
             first_ns=None if first_ns is None else int(first_ns),
-            phases={name: phase_agg(d, first[name]) for name, d in durations.items()},
-            step_phases=step_phases,
+            phases={name: phase_agg(sorted(d), first[name]) for name, d in durations.items()},
+            step_phases=frozenset(step_phases),
+            merged=merged,
+            merged_ns=merged_ns,
         )
         .set_steps(found)
         .set_breakdown(nested, windows)
     )
-
-
-def _nested(
-    rows: list[Any],
-    name_of: Callable[[Any], str],
-    paired: list[RangeRecord],
-    fold: Callable[[str], str],
-    options: StepOptions,
-) -> tuple[list[tuple[Any, int, int, str]], frozenset[str]]:
-    """The ranges (``rows`` of ``globalTid, startNs, -endNs, message``) as ``(thread, start,
-    -end, phase)`` for the self times, step ranges left out, and the phases that are steps."""
-    steps: set[str] = set()
-    phase: dict[Any, str] = {}  # message -> its phase, for the messages that are not steps
-    for message in {row[3] for row in rows}:
-        raw = name_of(message)
-        if options.is_step(raw, fold):
-            steps.add(fold(raw))
-        else:
-            phase[message] = fold(raw)
-    nested = [(g or 0, s, e, phase[m]) for g, s, e, m in rows if m in phase]
-    for r in paired:
-        if options.is_step(r.name, fold):
-            steps.add(fold(r.name))
-        else:
-            nested.append(((r.pid << 32) | r.thread, r.start_ns, -r.end_ns, fold(r.name)))
-    return nested, frozenset(steps)
 
 
 def _steps(
@@ -226,23 +334,24 @@ def _steps(
     options: StepOptions,
 ) -> tuple[list[Any], list[tuple[int, int]]]:
     """The steps, and the spans they cover."""
-    if options.name is None and "STEP_TIME" in tables:
-        spans = _query(
-            db,
-            "SELECT startNs, endNs FROM STEP_TIME"
-            " WHERE startNs IS NOT NULL AND endNs IS NOT NULL ORDER BY id",
-        )
-        if spans:
-            pairs = [(int(s), int(e)) for s, e in spans]
-            return steps_from_spans(pairs), merge_spans(pairs)
-    ids = [i for i, v in names.items() if options.is_step(v, fold)]
+    if options.name is None:
+        listed = _file_steps(db, tables)
+        if listed:
+            return listed, merge_spans((s.start_ns, s.end_ns) for s in listed)
+    # ProfilerStep#N (torch_npu's MSTX range of each step) is the step ProfilerStep, numbered N.
+    numbers = {i: profiler_step(v) for i, v in names.items()}
+    ids = [
+        i
+        for i, v in names.items()
+        if options.is_step(PROFILER_STEP if numbers[i] is not None else v, fold)
+    ]
     rows: list[tuple[int, int, object]] = []
     if ids:
         rows = [
-            (int(s), int(e), None)
-            for s, e in _query(
+            (int(s), int(e), None if numbers[m] is None else {"step": numbers[m]})
+            for s, e, m in _query(
                 db,
-                f"SELECT startNs, endNs FROM MSTX_EVENTS WHERE {_VALID}"
+                f"SELECT startNs, endNs, message FROM MSTX_EVENTS WHERE {_VALID}"
                 f" AND eventType IN {_RANGE_KINDS} AND message IN ({','.join('?' * len(ids))})",
                 *ids,
             )

@@ -3,15 +3,21 @@
 - **torch.profiler / Kineto** (CPU or CUDA; ``*.pt.trace.json[.gz]``, also what the library's own
   ``backend="torch"``, ``build_profiler`` and ``capture_steps`` routes write): the ranges are the
   ``user_annotation`` events (``record_function``; the ``gpu_user_annotation`` copies on the
-  device are left out so nothing counts twice), ``ProfilerStep#N`` is read as a range named
+  device, ``ProfilerStep#N``'s among them on ROCm, are left out so nothing counts twice),
+  ``ProfilerStep#N`` is read as a range named
   ``ProfilerStep`` with ``args={"step": N}`` (a step, see :mod:`mstx_marks.analysis.steps`).
   Timestamps are microseconds since boot plus ``baseTimeNanoseconds``; the rank is
   ``distributedInfo.rank`` when torch.distributed was up.
 - **torch_npu's text export** (``ASCEND_PROFILER_OUTPUT/trace_view.json``): events as torch_npu's
   ``TraceEventManager`` writes them (``ts`` a string of microseconds with three decimals, ``dur``
-  a float), the document a list or ``{"traceEvents": [...]}``. The MSTX ranges are the events
-  of category ``MsTx`` (as MindStudio Insight names them; ``msprof_tx`` and ``mstx`` too, in any
-  case, or on a process or thread of that name), with ``user_annotation`` ranges and
+  a float), the document a list or ``{"traceEvents": [...]}``. The MSTX ranges are the ``X``
+  events msprof's ``MsprofTxAssembler`` writes: no ``cat`` (only their flow events carry
+  ``MsTx``), ``args`` holding ``event_type`` (``start/end`` or ``push/pop``: a range;
+  ``marker`` or ``marker_ex``: an instant at ``ts``) and, for ``mstx`` ranges, ``domain``,
+  in a process named after the program and threads named ``Thread N``. torch_npu marks each
+  ``ProfilerStep#N`` so too, beside its CPU op of that name: a step is read once. Events of category
+  ``MsTx`` (as MindStudio Insight names them; ``msprof_tx`` and ``mstx`` too, in any case, or on
+  a process or thread of that name) are MSTX ranges too, with ``user_annotation`` ranges and
   ``ProfilerStep#N`` as above. The rank comes from ``profiler_info_<rank>.json`` beside
   ``ASCEND_PROFILER_OUTPUT``.
 - **Any other Chrome trace** (a plain ``trace.json``): every complete event (``X``) and
@@ -70,6 +76,11 @@ _TX = re.compile(r"(ms)?(prof)?_?tx\Z", re.IGNORECASE)
 _KINETO_KEYS = ("schemaVersion", "deviceProperties", "baseTimeNanoseconds", "distributedInfo")
 _RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
 _PROFILER_INFO = re.compile(r"profiler_info_(\d+)\.json\Z")
+#: msprof's ``args.event_type`` of an MSTX event (``MSTX_EVENT_TYPE_TABLE``) that marks an
+#: instant; ``push/pop`` and ``start/end`` are ranges.
+_TX_MARKERS = frozenset({"marker", "marker_ex"})
+#: The device's copy of a host annotation (Kineto on CUDA and ROCm): counted on the host.
+_DEVICE_COPY = "gpu_user_annotation"
 
 
 class NothingToRead(TraceFileError):
@@ -173,6 +184,8 @@ def read_foreign_chrome(path: Path, doc: Any, sink: RecordSink | None = None) ->
     begun: dict[tuple[int, int], list[tuple[str, str, int]]] = {}
     skipped = 0
     ranges = False
+    # torch_npu writes each ProfilerStep#N twice: its CPU op and its own MSTX range.
+    steps_seen: set[Any] | None = set() if kind == "torch_npu" else None
     for ev in events:
         try:
             rec = _foreign_record(ev, kind, base, (tx_pids, tx_tids), begun)
@@ -180,6 +193,10 @@ def read_foreign_chrome(path: Path, doc: Any, sink: RecordSink | None = None) ->
             skipped += 1  # one bad event (NaN, a string time, past int64): the rest is read
             continue
         if rec is not None:
+            if steps_seen is not None and rec.name == PROFILER_STEP and rec.args:
+                if rec.args["step"] in steps_seen:
+                    continue
+                steps_seen.add(rec.args["step"])
             ranges = ranges or isinstance(rec, RangeRecord)
             add(trace, rec)
     if not ranges:
@@ -215,11 +232,17 @@ def _foreign_record(
     if pid is None or tid is None:
         return None  # Kineto's "Spans"/"Traces" rows: not a process's events
     name, cat = str(ev.get("name", "")), str(ev.get("cat") or "")
+    if cat == _DEVICE_COPY:
+        return None
     step = _PROFILER_STEP.match(name)
+    tx_type = _tx_event_type(ev) if kind != "kineto" else None
     if kind != "chrome" and ph == "X":
         wanted = step is not None or cat == "user_annotation"
         if kind == "torch_npu":
-            wanted = wanted or bool(_TX.match(cat)) or pid in tx[0] or (pid, tid) in tx[1]
+            wanted = (
+                wanted or tx_type is not None or bool(_TX.match(cat))
+                or pid in tx[0] or (pid, tid) in tx[1]
+            )  # fmt: skip
         if not wanted:
             return None
     elif kind != "chrome":
@@ -228,6 +251,10 @@ def _foreign_record(
     if not _in_range(start):
         raise ValueError("past int64")
     domain = cat or "default"
+    if tx_type is not None:
+        domain = _tx_domain(ev) or domain
+        if tx_type in _TX_MARKERS:
+            return InstantRecord(name, domain, start, tid, pid)
     if ph == "X":
         end = start + ts_ns(ev.get("dur", 0))
         if end < start or not _in_range(start, end):
@@ -248,6 +275,20 @@ def _foreign_record(
             raise ValueError("ends before it starts")
         return RangeRecord(b_name, b_domain, b_start, start, tid, pid)
     return InstantRecord(name, domain, start, tid, pid)
+
+
+def _tx_event_type(ev: dict[str, Any]) -> str | None:
+    """msprof's ``event_type`` of an MSTX event (None: the event is not one of msprof's)."""
+    args = ev.get("args")
+    if not isinstance(args, dict):
+        return None
+    kind = args.get("event_type")
+    return kind if isinstance(kind, str) else None
+
+
+def _tx_domain(ev: dict[str, Any]) -> str | None:
+    domain = ev["args"].get("domain")
+    return domain if isinstance(domain, str) and domain else None
 
 
 _KIND_NAMES = {
