@@ -17,10 +17,10 @@ from __future__ import annotations
 import contextlib
 import importlib
 import sys
-import threading
 
 from mstx_marks.backends.base import Backend, BackendUnavailable, Emitter
 from mstx_marks.backends.noop import NoopBackend
+from mstx_marks.base.forking import new_lock
 
 __all__ = [
     "NAMES",
@@ -46,7 +46,7 @@ NAMES = ("auto", *_BUILTIN)
 
 _detected: Backend | None = None
 # Reentrant: a backend's import may run an import hook that asks for the choice again.
-_detect_lock = threading.RLock()
+_detect_lock = new_lock(reentrant=True)
 
 
 def create(name: str) -> Backend:

@@ -35,6 +35,8 @@ from time import time_ns
 from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 from mstx_marks.backends.base import Backend, Emitter
+from mstx_marks.base.forking import after_fork_in_child, new_lock
+from mstx_marks.base.interrupts import users_own
 from mstx_marks.base.records import InstantRecord, RangeRecord, Record
 
 __all__ = [
@@ -51,6 +53,8 @@ _CHUNK = 1 << _SHIFT
 _MASK = _CHUNK - 1
 _OPEN = 0  # end column value of a range that has not ended
 _INSTANT = -1  # end column value of an instant event
+_GIVEN_UP = -2  # end column value of a slot whose start was interrupted before its key was set
+_NO_NAMES: dict[str, int] = {}
 _get_tid = threading.get_native_id
 # Placeholders in the chunk lists: a chunk freed after a release (its ends still take a stray
 # late write), and a chunk never held because the recorder was full (its slots were dropped).
@@ -60,7 +64,7 @@ _VOID: array[int] = array("q")
 _UNLIMITED = 1 << 62
 #: Native thread ids by thread number: the columns hold the 4-byte number, not the 8-byte id.
 _threads: list[int] = []
-_threads_lock = threading.RLock()  # a signal handler may start a range meanwhile
+_threads_lock = new_lock(reentrant=True)  # a signal handler may start a range meanwhile
 _new = tuple.__new__
 # The native thread id is a system call (~200 ns); each thread asks once and keeps its number.
 _tls = threading.local()
@@ -78,7 +82,7 @@ def _forget_thread_ids() -> None:
     _tls = threading.local()  # a forked child's thread has a new id
 
 
-os.register_at_fork(after_in_child=_forget_thread_ids)
+after_fork_in_child(_forget_thread_ids)
 
 
 class Recorder(Backend):
@@ -96,11 +100,11 @@ class Recorder(Backend):
         if type(capacity) is not int or capacity < 1:
             raise ValueError(f"capacity must be an int >= 1, got {capacity!r}")
         self.capacity = capacity
-        self._lock = threading.RLock()
+        self._lock = new_lock(reentrant=True)
         self._base = 0
         self._reset()
         # A forked worker must not report its parent's ranges as its own.
-        os.register_at_fork(after_in_child=functools.partial(_clear_if_alive, weakref.ref(self)))
+        after_fork_in_child(functools.partial(_clear_if_alive, weakref.ref(self)))
 
     def _reset(self) -> None:
         # Ids of this recording start past every id handed out before, whose ends are ignored.
@@ -121,6 +125,8 @@ class Recorder(Backend):
         self._key_of: dict[str, dict[str, int]] = {}
         self._names: list[tuple[str, str]] = [("", "")]
         self._dropped = 0
+        #: Starts interrupted by an exception (a signal handler's) before they completed.
+        self._given_up = 0
         self._pid = os.getpid()
         self.generation = getattr(self, "generation", 0) + 1
 
@@ -149,6 +155,11 @@ class Recorder(Backend):
 
     def _dropped_slots(self) -> int:
         return self._void * _CHUNK
+
+    @property
+    def given_up(self) -> int:
+        """How many starts an exception interrupted before they were recorded."""
+        return self._given_up
 
     @property
     def dropped(self) -> int:
@@ -195,29 +206,56 @@ class Recorder(Backend):
     # The hot path of the recorder: one Python frame per range start, no lock.
     def range_start(self, name: str, domain: str, _end: int = _OPEN) -> int:
         """Open a range; the returned id (>= 1, or 0 when full) goes to :meth:`range_end`."""
-        i = next(self._next)
+        # An exception may arrive at any line below (a signal handler's, a RecursionError): the
+        # slot is then given up, not left unwritten, or every later drain would wait on it. The
+        # try costs nothing until something raises (CPython 3.11's zero-cost exceptions).
+        i = -1
+        try:
+            i = next(self._next)
+            if i >= self._limit:
+                return self._drop()
+            chunk, off = i >> _SHIFT, i & _MASK
+            # No nested `try` in here: an exception raised at a nested try's own line escapes
+            # this handler (CPython 3.11, seen with a tracer that raises at each line).
+            if chunk >= len(self._starts):  # _starts gets a chunk last: every column has it
+                self._grow(chunk)
+            starts = self._starts[chunk]
+            if starts is _VOID:
+                return self._drop()
+            number = getattr(_tls, "number", None)
+            self._tids[chunk][off] = _thread_number() if number is None else number
+            self._ends[chunk][off] = _end
+            starts[off] = time_ns()
+            key = self._key_of.get(domain, _NO_NAMES).get(name)
+            if key is None:
+                key = self._new_key(name, domain)
+            self._keys[chunk][off] = key  # last: a slot with a key is complete (drain reads it)
+            return self._base + i + 1
+        except BaseException:
+            if i >= 0:
+                self._give_up(i)
+            raise
+
+    def _give_up(self, i: int) -> None:
+        """Slot ``i``'s start was interrupted: mark it given up (key 0, end ``_GIVEN_UP``), which
+        drains step over; or, if its key was already written (the range is recorded, its id
+        lost with the exception), end it now so it is not open for ever."""
         if i >= self._limit:
-            return self._drop()
+            return
         chunk, off = i >> _SHIFT, i & _MASK
-        try:  # _starts gets a new chunk last, so every column has it once _starts does
-            starts = self._starts[chunk]
-        except IndexError:
-            self._grow(chunk)
-            starts = self._starts[chunk]
-        if starts is _VOID:
-            return self._drop()
         try:
-            self._tids[chunk][off] = _tls.number
-        except AttributeError:
-            self._tids[chunk][off] = _thread_number()
-        self._ends[chunk][off] = _end
-        starts[off] = time_ns()
-        try:
-            key = self._key_of[domain][name]
-        except KeyError:
-            key = self._new_key(name, domain)
-        self._keys[chunk][off] = key  # last: a slot with a key is complete (what drain reads)
-        return self._base + i + 1
+            if len(self._starts) <= chunk:
+                self._grow(chunk)
+            if self._keys[chunk] is _VOID or self._keys[chunk] is _GONE:
+                return
+            if self._keys[chunk][off]:
+                if self._ends[chunk][off] == _OPEN:
+                    self._ends[chunk][off] = time_ns()
+            else:
+                self._ends[chunk][off] = _GIVEN_UP
+            self._given_up += 1
+        except BaseException:  # a second interruption: the drain's stall check still steps over
+            return
 
     def range_end(self, range_id: int, domain: str) -> None:
         """Close a range opened by :meth:`range_start`, from any thread; one opened before the
@@ -227,10 +265,18 @@ class Recorder(Backend):
             self._ends[i >> _SHIFT][i & _MASK] = time_ns()
 
     def set_args(self, range_id: int, args: Mapping[str, Any]) -> None:
-        """Attach ``args`` to the event ``range_id`` (what :meth:`range_start` returned)."""
+        """Attach a copy of ``args`` to the event ``range_id`` (what :meth:`range_start`
+        returned). A copy, taken now: a dict the caller reuses across steps (``args["step"] =
+        i``) must record each step's value, not the last one (a shallow copy: about 0.1-0.2 us
+        for a few keys; values are kept as they are)."""
         i = range_id - self._base - 1
         if i >= 0:
-            self._args[i] = args
+            try:
+                self._args[i] = dict(args)
+            except Exception as exc:  # a mapping that cannot be copied: keep it as it is
+                if users_own(exc):
+                    raise
+                self._args[i] = args
 
     def instant_with_args(
         self, name: str, domain: str, args: Mapping[str, Any], stream: object = None
@@ -325,7 +371,7 @@ class Recorder(Backend):
             keys = column[off:stop]
             looked = len(keys)
             if 0 in keys:  # a slot issued, not yet written: the block ends before it
-                del keys[keys.index(0) :]
+                del keys[self._pending(keys, chunk, off) :]
             stop = off + len(keys)
             block = Block(
                 keys, self._starts[chunk][off:stop], self._ends[chunk][off:stop],
@@ -342,6 +388,18 @@ class Recorder(Backend):
         if release:
             self._release(first, i >> _SHIFT, still_open, cursor)
         return blocks, records
+
+    def _pending(self, keys: array[int], chunk: int, off: int) -> int:
+        """The index in ``keys`` (slots from ``off`` of ``chunk``) of the first slot still
+        being written, stepping over those given up (:meth:`_give_up`); ``len(keys)`` if none."""
+        ends = self._ends[chunk]
+        j = keys.index(0)
+        while ends[off + j] == _GIVEN_UP:
+            try:
+                j = keys.index(0, j + 1)
+            except ValueError:
+                return len(keys)
+        return j
 
     def _take_out(
         self, block: Block, first: int, still_open: list[int], records: list[Record]
@@ -538,7 +596,7 @@ def _clear_if_alive(ref: weakref.ref[Recorder]) -> None:
 
 
 _default: Recorder | None = None
-_default_lock = threading.Lock()
+_default_lock = new_lock()
 
 
 def default_recorder() -> Recorder:

@@ -19,10 +19,11 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-import threading
 import warnings
 from collections.abc import Hashable
 from types import FrameType
+
+from mstx_marks.base.forking import new_lock
 
 __all__ = ["MstxMarksWarning", "forget_warnings", "warn", "warn_once"]
 
@@ -32,7 +33,7 @@ _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.
 _CONTEXTLIB = contextlib.__file__
 _said: set[Hashable] = set()
 # Reentrant: a signal handler that warns may interrupt its own thread holding it.
-_said_lock = threading.RLock()
+_said_lock = new_lock(reentrant=True)
 
 
 class MstxMarksWarning(UserWarning):

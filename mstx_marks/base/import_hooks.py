@@ -19,18 +19,18 @@ from __future__ import annotations
 import importlib.abc
 import importlib.machinery
 import sys
-import threading
 from collections.abc import Sequence
 from types import ModuleType
 from typing import Callable
 
 from mstx_marks.base.diagnostics import warn
+from mstx_marks.base.forking import new_lock
 
 __all__ = ["when_imported"]
 
 Hook = Callable[[ModuleType], object]
 
-_lock = threading.RLock()
+_lock = new_lock(reentrant=True)
 _pending: dict[str, list[Hook]] = {}
 
 

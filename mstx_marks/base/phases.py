@@ -33,8 +33,8 @@ mstx_marks.base.phases.UnknownPhase: 'updte_actor' is not a registered phase or 
 from __future__ import annotations
 
 import re
-import threading
 
+from mstx_marks.base.forking import new_lock
 from mstx_marks.base.names import DEFAULT_DOMAIN, check_domain, check_name
 
 __all__ = [
@@ -225,7 +225,7 @@ class UnknownPhase(KeyError):
         return f"{self.name!r} is not a registered phase or alias{hint}"
 
 
-_lock = threading.Lock()
+_lock = new_lock()
 #: How many indexed phases each indexed phase keeps (beyond it, at() builds a fresh one).
 _MAX_INDEXED = 4096
 #: every phase name and alias -> its phase; the one lookup table

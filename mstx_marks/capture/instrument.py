@@ -31,6 +31,7 @@ from typing import Any, Callable, Union
 
 from mstx_marks.base import env
 from mstx_marks.base.diagnostics import warn
+from mstx_marks.base.forking import new_lock
 from mstx_marks.base.names import check_name, fit_name
 from mstx_marks.base.phases import Phase
 from mstx_marks.core.engine import ArgsGate, rewrap, target_name, wrap_function
@@ -51,7 +52,7 @@ __all__ = [
 #: A class, a module, any object with attributes, or an import path "package.module:Class".
 Target = Union[type, ModuleType, str, object]
 
-_lock = threading.RLock()
+_lock = new_lock(reentrant=True)
 _ABSENT = object()
 _RANGES = wrap_function.__module__
 _busy = threading.local()

@@ -60,6 +60,7 @@ from typing import Any, Callable, Literal, cast
 
 from mstx_marks.base.checks import check_int, check_names
 from mstx_marks.base.diagnostics import warn_once
+from mstx_marks.base.forking import new_lock
 from mstx_marks.base.names import fit_name
 from mstx_marks.base.phases import Phase, register
 from mstx_marks.capture.instrument import LIVE, Instrumented, Patch, replace
@@ -104,7 +105,7 @@ _CONTAINERS = {"ModuleList", "ModuleDict", "ParameterList", "ParameterDict"}
 
 #: Modules hooked by a live :func:`instrument_modules`: a second call skips them.
 _hooked: weakref.WeakSet[Any] = weakref.WeakSet()
-_hooked_lock = threading.Lock()
+_hooked_lock = new_lock()
 
 
 def class_name(module: object) -> str:

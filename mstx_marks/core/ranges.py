@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import itertools
 import sys
-import threading
 from collections.abc import Mapping, MutableMapping
 from threading import get_ident
 from time import perf_counter
@@ -27,6 +26,7 @@ from typing import Any, Callable, Tuple, TypeVar, Union, overload
 
 from mstx_marks.backends.base import EndFn
 from mstx_marks.base import env
+from mstx_marks.base.forking import new_lock
 from mstx_marks.base.names import SAFE_CHARS, check_name, fit_name
 from mstx_marks.base.phases import Phase
 from mstx_marks.core.engine import ArgsGate, begin, finish, rewrap, target_name, wrap_function
@@ -39,7 +39,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 Name = Union[str, Phase]
 
 # Reentrant: a signal handler entering a shared Mark may interrupt its own thread holding it.
-_overflow_lock = threading.RLock()
+_overflow_lock = new_lock(reentrant=True)
 
 
 def _site_name(name: object, domain: str | None) -> tuple[str, str | None]:
@@ -161,18 +161,24 @@ class Mark:
             # `or 0`: a backend may say "not recorded" with None, which would free the slot.
             self._rid, self._end, self._frame = handle or 0, end, frame
         else:
-            entry, tid = (frame, handle, end), get_ident()
             with _overflow_lock:
-                while True:
-                    if self._more is None:
-                        self._more = {}
-                    mine = self._more.setdefault(tid, [])
-                    mine.append(entry)
-                    # A signal handler on this thread may have run between the two calls above,
-                    # used this Mark and dropped the list it left empty: our entry went with it.
-                    if self._more.get(tid) is mine:
-                        break
+                self._add_entry((frame, handle, end))
         return self
+
+    def _add_entry(self, entry: _Entry) -> None:
+        """Keep an entry beyond the slot's, under this thread. A function of its own so that
+        the ``with`` around its call has no loop header line of its own: an exception raised at
+        such a line (a tracer's) escapes the ``with``'s clean-up in CPython 3.11."""
+        tid = get_ident()
+        while True:
+            if self._more is None:
+                self._more = {}
+            mine = self._more.setdefault(tid, [])
+            mine.append(entry)
+            # A signal handler on this thread may have run between the two calls above, used
+            # this Mark and dropped the list it left empty: our entry went with it.
+            if self._more.get(tid) is mine:
+                return
 
     def _pick(self, frame: FrameType) -> tuple[Any, Any]:
         """The entry an exit from ``frame`` closes, with other entries in flight: the newest one
@@ -207,18 +213,24 @@ class Mark:
         self._rid = self._frame = None
         return handle, end
 
+    def _pick_again(self, frame: FrameType) -> tuple[Any, Any]:
+        """:meth:`_pick`, looked at again should a signal handler have used this Mark while it
+        looked (a list emptied, a dict resized under it). Holds no ``try`` of the caller's: an
+        exception raised at a nested ``try`` line escapes the enclosing ``with``'s clean-up in
+        CPython 3.11, which would leave the lock held."""
+        for _ in range(3):
+            try:
+                return self._pick(frame)
+            except (IndexError, RuntimeError) as exc:
+                if isinstance(exc, RecursionError):  # the user's, never retried here
+                    raise
+        return 0, None
+
     def __exit__(self, *exc_info: object) -> None:
         if self._more:
             frame = sys._getframe(1)
             with _overflow_lock:
-                for _ in range(3):  # a signal handler that used this Mark meanwhile: look again
-                    try:
-                        handle, end = self._pick(frame)
-                        break
-                    except (IndexError, RuntimeError):
-                        continue
-                else:
-                    handle, end = 0, None
+                handle, end = self._pick_again(frame)
         else:
             handle = self._rid
             if handle is None:  # an entry made while nothing listened

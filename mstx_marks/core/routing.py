@@ -18,7 +18,6 @@ at first use, not at import.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Hashable, Iterable, Mapping
 from typing import Any, Callable, Union
 
@@ -26,7 +25,9 @@ from mstx_marks import backends
 from mstx_marks.backends.base import Backend, Emitter, EndFn, InstantFn, StartFn
 from mstx_marks.base import env
 from mstx_marks.base.diagnostics import warn, warn_once
+from mstx_marks.base.forking import new_lock
 from mstx_marks.base.import_hooks import when_imported
+from mstx_marks.base.interrupts import users_own
 from mstx_marks.base.names import DEFAULT_DOMAIN, check_domain
 from mstx_marks.core.faults import FaultPolicy, Health
 
@@ -36,7 +37,7 @@ __all__ = ["configure", "current_backend", "is_active", "recording"]
 Stream = object
 BackendSpec = Union[str, Backend]
 
-_lock = threading.RLock()
+_lock = new_lock(reentrant=True)
 
 
 def _noop_end(handle: Any, domain: str) -> None:
@@ -387,7 +388,13 @@ def _refresh() -> None:
 def fault(call: Callable[..., object], exc: BaseException) -> int:
     """A backend call raised: contain it to what failed and keep the workload running (see
     :class:`mstx_marks.core.faults.FaultPolicy`). Returns 0, the "not recorded" handle, so the
-    caller skips the matching end."""
+    caller skips the matching end.
+
+    Only the backend's own exception is a fault: one that arrived while the call ran (raised by
+    a signal handler, a ``RecursionError``: :func:`~mstx_marks.base.interrupts.users_own`) is
+    raised again, unchanged, for the user."""
+    if users_own(exc):
+        raise exc
     with _lock:
         _settings.faults.fault(call, exc)
     return 0

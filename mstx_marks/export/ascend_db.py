@@ -46,7 +46,6 @@ import os
 import re
 import socket
 import sqlite3
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import closing
@@ -55,6 +54,7 @@ from pathlib import Path
 from time import monotonic_ns, time_ns
 from typing import Any
 
+from mstx_marks.base.forking import new_lock
 from mstx_marks.base.records import (
     InstantRecord,
     RangeRecord,
@@ -117,7 +117,7 @@ _SCHEMA_VERSION = (("SCHEMA_VERSION_MAJOR", "1"), ("SCHEMA_VERSION_MINOR", "0"),
                    ("SCHEMA_VERSION_MICRO", "0"), ("SCHEMA_VERSION", "1.0.0"))  # fmt: skip
 
 _metadata: dict[str, Any] = {}
-_metadata_lock = threading.Lock()
+_metadata_lock = new_lock()
 
 
 def add_metadata(name: str, value: Any) -> None:

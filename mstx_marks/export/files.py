@@ -25,11 +25,11 @@ import signal
 import socket
 import stat
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import BinaryIO, Iterator
 
+from mstx_marks.base.forking import new_lock
 from mstx_marks.base.records import TraceFileError
 
 __all__ = [
@@ -53,7 +53,7 @@ _TEMP = re.compile(
 _FOREIGN_AGE_S = 24 * 3600
 # The temporary paths this process is writing now: a write into one of them is in place.
 _in_flight: set[str] = set()
-_in_flight_lock = threading.Lock()
+_in_flight_lock = new_lock()
 
 
 def is_temp_name(name: str) -> bool:

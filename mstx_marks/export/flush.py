@@ -38,6 +38,7 @@ from typing import Any, Callable, Iterable, Iterator
 from mstx_marks.backends.record import Recorder, default_recorder
 from mstx_marks.base import env
 from mstx_marks.base.diagnostics import warn_once
+from mstx_marks.base.forking import after_fork_in_child, new_lock
 from mstx_marks.base.records import RankTrace
 from mstx_marks.core import routing as settings
 from mstx_marks.export.ascend_db import ascend_db_path, write_ascend_db
@@ -131,7 +132,7 @@ def flush_at_exit(
         settings.configure(record=True)
     source = recorder if recorder is not None else default_recorder()
     target = _FlushTarget(out_dir, source, rank, interval)
-    os.register_at_fork(after_in_child=functools.partial(_forked, weakref.ref(target)))
+    after_fork_in_child(functools.partial(_forked, weakref.ref(target)))
 
     def on_exit() -> None:
         try:
@@ -155,7 +156,7 @@ class _FlushTarget:
         self.out_dir, self.source, self.rank, self.interval = Path(out_dir), source, rank, interval
         # Re-entrant: a flush called from a signal handler on a thread already flushing (the
         # signals are deferred at exit; a user's own flush() from a handler may still nest).
-        self.lock = threading.RLock()
+        self.lock = new_lock(reentrant=True)
         self._begin(child=False)
 
     def _begin(self, *, child: bool) -> None:
@@ -168,7 +169,7 @@ class _FlushTarget:
             self.spill.start(self.interval)
 
     def forked(self) -> None:
-        self.lock = threading.RLock()  # the parent's may have been held by another thread
+        self.lock = new_lock(reentrant=True)  # the parent's may have been held by another thread
         self._begin(child=True)
 
     def flush(self, at_exit: bool = False) -> list[Path]:

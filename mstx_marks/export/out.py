@@ -49,6 +49,7 @@ from typing import Any, Callable, Iterable
 
 from mstx_marks.backends.record import default_recorder
 from mstx_marks.base import env
+from mstx_marks.base.forking import after_fork_in_child
 from mstx_marks.core import routing as settings
 from mstx_marks.export.ascend_db import ascend_db_path
 from mstx_marks.export.flush import chain_signal, export_rank, safe_role, signals_deferred
@@ -278,7 +279,7 @@ def record_to(
     env.run_id()  # made now, so the processes this one starts share it
     session = _session = OutSession(out_dir, interval)
     atexit.register(_close_quietly)
-    os.register_at_fork(after_in_child=session._forked)
+    after_fork_in_child(session._forked)
     os._exit = _exit_writing  # type: ignore[assignment]
     if threading.current_thread() is threading.main_thread():
         for signum in signals:

@@ -71,6 +71,7 @@ from mstx_marks.backends.record import (
 )
 from mstx_marks.base import env
 from mstx_marks.base.diagnostics import warn_once
+from mstx_marks.base.forking import new_lock
 from mstx_marks.base.records import (
     InstantRecord,
     RangeRecord,
@@ -100,7 +101,7 @@ EXPORT_FACTOR = 2
 # The recorders a spill drains: a second spill of the same recorder must not release chunks the
 # first has not written yet, so only the sole spill of a recorder releases.
 _spills_of: dict[int, weakref.WeakSet[Spill]] = {}
-_spills_lock = threading.Lock()
+_spills_lock = new_lock()
 
 
 def spill_path(out_dir: str | Path, pid: int | None = None) -> Path:
@@ -199,7 +200,7 @@ class Spill:
         # Not an RLock: the writer never re-enters. Signal handlers and os._exit call
         # write_now() with blocking=False, and the exit's signal handling defers signals, so
         # nothing waits on a lock its own thread holds.
-        self._lock = threading.Lock()
+        self._lock = new_lock()
         self._fd: int | None = None
         self._stop = threading.Event()
         self._written_rank, self._written_role = rank, role

@@ -23,16 +23,16 @@ warns once, naming the variable, the value and the rule, and the job runs on.
 from __future__ import annotations
 
 import os
-import threading
 
 from mstx_marks.base import env
 from mstx_marks.base.diagnostics import warn
+from mstx_marks.base.forking import new_lock
 from mstx_marks.base.phases import canonical
 from mstx_marks.core.sampling import Policy, parse_policy
 
 __all__ = ["activate", "activate_at_import", "parse_instrument", "parse_samples"]
 
-_lock = threading.Lock()
+_lock = new_lock()
 _done_in: int | None = None
 
 

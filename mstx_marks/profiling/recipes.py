@@ -51,7 +51,6 @@ import functools
 import os
 import re
 import sys
-import threading
 import weakref
 from collections.abc import Sequence
 from types import ModuleType, TracebackType
@@ -60,6 +59,7 @@ from typing import Any, NamedTuple, Optional, Union
 from mstx_marks.base import env
 from mstx_marks.base.checks import check_bool, check_int, check_ints
 from mstx_marks.base.diagnostics import warn_once
+from mstx_marks.base.forking import new_lock
 from mstx_marks.base.import_hooks import when_imported
 from mstx_marks.profiling.profiler import experimental_config
 from mstx_marks.profiling.windows import Hook, Schedule, Site, Stepper, hook_into
@@ -428,7 +428,7 @@ def _verl_version() -> str:
 
 # --- captures -----------------------------------------------------------------------------------
 
-_lock = threading.RLock()
+_lock = new_lock(reentrant=True)
 #: The captures armed in this process and not done.
 _armed: list[Capture] = []
 

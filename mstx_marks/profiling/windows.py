@@ -28,12 +28,13 @@ from collections.abc import Sequence
 from typing import Any, Callable, NamedTuple, Optional
 
 from mstx_marks.base.diagnostics import warn_once
+from mstx_marks.base.forking import new_lock
 from mstx_marks.capture.instrument import Instrumented, replace
 from mstx_marks.core.engine import rewrap
 
 __all__ = ["Schedule", "Site", "Stepper", "Window", "hook_into", "running"]
 
-_lock = threading.RLock()
+_lock = new_lock(reentrant=True)
 #: The one window whose profiler exists now.
 _running: Optional[Window] = None
 

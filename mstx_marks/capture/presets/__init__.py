@@ -32,12 +32,12 @@ import atexit
 import functools
 import importlib
 import sys
-import threading
 from types import ModuleType
 from typing import Any
 
 from mstx_marks.base import env
 from mstx_marks.base.diagnostics import warn_once
+from mstx_marks.base.forking import new_lock
 from mstx_marks.base.import_hooks import when_imported
 from mstx_marks.capture.instrument import Instrumented
 from mstx_marks.capture.presets import megatron as _megatron
@@ -95,7 +95,7 @@ _DISTRIBUTIONS = {
 }
 
 
-_lock = threading.Lock()
+_lock = new_lock()
 _handles: dict[str, list[Instrumented]] = {f: [] for f in FRAMEWORKS}
 _armed: dict[str, Options] = {}
 #: The watches of :data:`BUILT` rows: they check classes, they mark no phase.

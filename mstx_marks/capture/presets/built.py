@@ -25,10 +25,10 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import threading
 from typing import Any, Callable, NamedTuple
 
 from mstx_marks.base.diagnostics import warn_once
+from mstx_marks.base.forking import new_lock
 from mstx_marks.capture.instrument import Instrumented, replace
 from mstx_marks.capture.presets.target import covered
 from mstx_marks.core.ranges import instant
@@ -78,7 +78,7 @@ def _version(module: str) -> str:
 
 
 _seen: set[type] = set()
-_seen_lock = threading.Lock()
+_seen_lock = new_lock()
 
 
 def _check(row: Built, obj: Any, covering: Callable[[str, str], str]) -> None:

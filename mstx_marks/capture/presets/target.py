@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, NamedTuple
 
 from mstx_marks.base.diagnostics import warn_once
+from mstx_marks.base.forking import new_lock
 from mstx_marks.base.phases import Phase, canonical
 from mstx_marks.capture.instrument import LIVE, Instrumented, replace
 from mstx_marks.capture.instrument import Patch as Installed
@@ -130,7 +130,7 @@ class Target(NamedTuple):
 #: process where it is no live patch (a class patched where Ray pickled it).
 MARKER = "__mstx_marks_preset__"
 
-_watch_lock = threading.Lock()
+_watch_lock = new_lock()
 #: class -> the watches on it (one per patched attribute)
 _watches: dict[type, list[SubclassWatch]] = {}
 #: class -> the handle of the ``__init_subclass__`` hook installed on it
