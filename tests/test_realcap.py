@@ -90,28 +90,32 @@ def test_msprof_database_found_bare_and_read_by_message(
     root = capture("msinsight_msprof_db")
     assert find_trace_files(root) == [root / "msprof_0.db"]  # msprof's name, found bare
     (part,) = part_of_file(root / "msprof_0.db")
-    counted = sum(a.count for a in part.phases.values())
-    assert part.n_records == 13 and counted + sum(part.merged.values()) == 13
-    assert len(part.phases) == 8 and part.step_count == 0
+    # The README's values: 13 ranges, 8 names, no steps, nothing merged.
+    assert part.n_records == 13 and sum(a.count for a in part.phases.values()) == 13
+    assert len(part.phases) == 8 and part.step_count == 0 and part.merged == {}
     # Its domains (STRING_IDS 38 and 6) are operator strings, not communication: by message.
     names = {
         56: "aclnnEmbedding_GatherV2AiCore_GatherV2",
         40: "INT64;INT64",
     }
     assert ms(part.phases[names[56]].total_ns) == 115336.093
-    # Message 40's two ranges: the inner nested directly in the outer, one stage counted once.
-    lp = part.phases[names[40]]
-    assert lp.count + part.merged[names[40]] == 2
-    assert ms(lp.total_ns + part.merged_ns[names[40]]) == 1.077
+    # Message 40's two ranges nest, but an operator string is no stage of the registry: both.
+    assert part.phases[names[40]].count == 2 and ms(part.phases[names[40]].total_ns) == 1.077
     for s in both(root):
         assert s.errors == [] and s.step_count == {Member("", 0): 0}
         assert len(s.phases) == 8 and not any(p.automatic for p in s.phases)
+        assert sum(p.overall.count for p in s.phases) == 13
         (gather,) = [p for p in s.phases if p.name == names[56]]
         assert ms(gather.overall.total_ns) == 115336.093
-        assert [n for n in s.notes if f"{names[40]} (1, 0.530 ms)" in n]
+        (int64,) = [p for p in s.phases if p.name == names[40]]
+        assert int64.overall.count == 2 and ms(int64.overall.total_ns) == 1.077
+        assert not [n for n in s.notes if "nested directly" in n]
     code, doc, _ = cli_json(root, capsys)
     assert code == 0 and len(doc["phases"]) == 8
+    assert sum(p["all"]["count"] for p in doc["phases"]) == 13
     assert ms(phase(doc, names[56])["all"]["total_ns"]) == 115336.093
+    assert phase(doc, names[40])["all"]["count"] == 2
+    assert ms(phase(doc, names[40])["all"]["total_ns"]) == 1.077
 
 
 def test_older_torch_npu_trace_view_of_one_rank(capsys: pytest.CaptureFixture[str]) -> None:

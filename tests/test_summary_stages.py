@@ -19,7 +19,7 @@ import pytest
 from support.recorded import PID, T0, TID
 
 from mstx_marks.analysis import stream
-from mstx_marks.analysis.aggregate import PhaseSummary
+from mstx_marks.analysis.aggregate import PhaseSummary, aggregate_trace
 from mstx_marks.analysis.readers import chrome_json, part_of_file, read_trace_file
 from mstx_marks.analysis.stages import NestFrontier, nested_repeats
 from mstx_marks.analysis.stream import StreamAggregator
@@ -153,6 +153,26 @@ def test_a_spill_and_a_chrome_trace_summarised_in_one_pass_count_once(
             assert (b.phases[name].count, b.phases[name].total_ns) == (agg.count, agg.total_ns)
     s = summarize_path(tmp_path / "c", jobs=1)
     assert_once(s.phases, s.notes)
+
+
+def test_a_name_the_registry_does_not_know_nested_in_itself_counts_every_range(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A recursive record_function (or msprof's operator strings) is not one stage marked twice.
+    recs = [r("step", 0, 90), r("walk", 1, 41), r("walk", 2, 40), r("walk", 3, 30)]
+    recs += [r("actor_compute_log_prob", 50, 80), r("compute_log_prob", 51, 79)]
+    db = write_ascend_db(tmp_path / "db" / "ascend_pytorch_profiler_0.db", RankTrace(0, recs))
+    chrome = write_chrome_trace(tmp_path / "c" / "r0.trace.json", [RankTrace(0, recs)])
+    parts = [aggregate_trace(RankTrace(0, recs)), *part_of_file(db), *part_of_file(chrome)]
+    monkeypatch.setattr(stream, "MAX_HELD_EVENTS", 2)  # past it: in one pass
+    monkeypatch.setattr(chrome_json, "WHOLE_JSON_BYTES", 64)
+    (streamed,) = part_of_file(chrome)
+    assert streamed.streamed
+    for part in (*parts, streamed):
+        walk = part.phases["walk"]
+        assert walk.count == 3 and walk.total_ns == (40 + 38 + 27) * MS
+        assert part.merged == {"compute_log_prob": 1}  # the registry's stage still merges
+    assert not [n for n in summarize([RankTrace(0, recs)]).notes if "walk" in n]
 
 
 def test_records_in_start_or_end_order_through_the_stream_aggregator() -> None:

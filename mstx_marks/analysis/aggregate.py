@@ -21,11 +21,11 @@ ranges concurrent with others (another thread, asyncio tasks gathered on one thr
 ``Summary.concurrent_ns`` beyond it, and ranges outside every step ``Summary.outside_ns``.
 
 **Stages and automatic annotations** (:mod:`mstx_marks.analysis.stages`). A range nested directly
-in a range of the same phase on the same thread counts once, with its parent (``merged`` says
-how many, and ``combine`` notes it). PyTorch's own annotations (``nccl:all_reduce``,
-``Optimizer.step#...``, ...) and torch_npu's HCCL ranges are phases marked ``automatic``: counted,
-but not in the breakdown (no self time, no share of the step), so they take nothing from the
-user's phases.
+in a range of the same phase of the registry on the same thread counts once, with its parent
+(``merged`` says how many, and ``combine`` notes it). PyTorch's own annotations
+(``nccl:all_reduce``, ``Optimizer.step#...``, ...) and torch_npu's HCCL ranges are phases marked
+``automatic``: counted, but not in the breakdown (no self time, no share of the step), so they
+take nothing from the user's phases.
 
 >>> from mstx_marks.base.records import RangeRecord, RankTrace
 >>> r = lambda name, s, e: RangeRecord(name, "default", s, e, 1, 1)

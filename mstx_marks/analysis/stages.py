@@ -23,7 +23,11 @@ phases of the registry).
 through the registry) on the same thread is the same stage marked twice, as verl's
 ``DistProfiler.annotate`` range ``actor_compute_log_prob`` around our own ``compute_log_prob``:
 it counts once, as the outermost range (:func:`nested_repeats`; :class:`NestFrontier` does the
-same for a file read in one pass). Steps and automatic annotations are not stages.
+same for a file read in one pass). Only a phase the registry knows is a stage
+(:func:`is_stage`): the two markers of one stage are the frameworks' and ours, both named
+through the registry, whereas any other name nested in itself is taken as the user wrote it
+(a recursive ``record_function``, an operator string msprof's database names twice), every
+range counted. Steps and automatic annotations are not stages.
 
 >>> is_automatic("nccl:all_reduce"), is_automatic("Optimizer.step#AdamW.step")
 (True, True)
@@ -34,6 +38,8 @@ same for a file read in one pass). Steps and automatic annotations are not stage
 >>> rows = [(1, 0, -40, "compute_log_prob"), (1, 1, -39, "compute_log_prob")]
 >>> nested_repeats(rows)
 [1]
+>>> nested_repeats([(1, 0, -40, "INT64;INT64"), (1, 1, -39, "INT64;INT64")])  # not a stage
+[]
 """
 
 from __future__ import annotations
@@ -42,10 +48,13 @@ import json
 import re
 from typing import Any, Callable, Sequence
 
+from mstx_marks.base import phases
+
 __all__ = [
     "COMMUNICATION_DOMAIN",
     "NestFrontier",
     "is_automatic",
+    "is_stage",
     "merged_note",
     "nested_repeats",
     "range_name",
@@ -92,19 +101,61 @@ def range_name(name: str, domain: str) -> str:
     return f"hccl:{op}" if isinstance(op, str) and op else name
 
 
+def is_stage(phase: str) -> bool:
+    """Whether ``phase`` (a folded name) is a stage, whose ranges nested directly in one another
+    are one stage marked twice: whether the phase registry knows it (a phase, an alias or an
+    indexed name of one; see the module's docstring).
+
+    >>> is_stage("compute_log_prob"), is_stage("actor_compute_log_prob"), is_stage("INT64;INT64")
+    (True, True, False)
+    """
+    try:
+        phases.lookup(phase)
+    except (KeyError, TypeError, ValueError):
+        return False
+    return True
+
+
+class _Stages:
+    """:func:`is_stage`, remembered for the names one reading meets (a few, or many distinct
+    names of which few nest in themselves: it is asked only of those, and forgets past
+    :data:`_REMEMBERED`)."""
+
+    __slots__ = ("known",)
+
+    def __init__(self) -> None:
+        self.known: dict[str, bool] = {}
+
+    def __call__(self, phase: str) -> bool:
+        found = self.known.get(phase)
+        if found is None:
+            if len(self.known) >= _REMEMBERED:
+                self.known.clear()
+            found = self.known[phase] = is_stage(phase)
+        return found
+
+
+_REMEMBERED = 4096
+
+
 def nested_repeats(ranges: Sequence[tuple[Any, int, int, str]]) -> list[int]:
     """The indices of ``ranges`` (``(thread, start, -end, phase)``, as
     :func:`~mstx_marks.analysis.aggregate.breakdown` takes them; not reordered) nested directly
-    in a range of the same phase on the same thread: each repeats the stage its parent counts.
+    in a range of the same phase on the same thread, a phase the registry knows
+    (:func:`is_stage`): each repeats the stage its parent counts.
 
     A range's parent is the latest-starting range of its thread that contains it (the innermost,
     when ranges nest). Equal spans: the first given is the outer.
 
-    >>> nested_repeats([(1, 0, -10, "a"), (1, 2, -8, "b"), (1, 3, -5, "a"), (2, 3, -5, "a")])
+    >>> lp, upd = "compute_log_prob", "update_actor"
+    >>> nested_repeats([(1, 0, -10, lp), (1, 2, -8, upd), (1, 3, -5, lp), (2, 3, -5, lp)])
     []
-    >>> nested_repeats([(1, 0, -10, "a"), (1, 0, -10, "a"), (1, 3, -5, "a")])
+    >>> nested_repeats([(1, 0, -10, lp), (1, 0, -10, lp), (1, 3, -5, lp)])
     [1, 2]
+    >>> nested_repeats([(1, 0, -10, "fib"), (1, 3, -5, "fib")])  # not a stage: both count
+    []
     """
+    stage = _Stages()
     order = sorted(range(len(ranges)), key=lambda i: (*ranges[i][:3], i))
     repeats: list[int] = []
     stack: list[tuple[int, str]] = []  # (end, phase) of the ranges open at this start, outer first
@@ -118,7 +169,7 @@ def nested_repeats(ranges: Sequence[tuple[Any, int, int, str]]) -> list[int]:
             stack.pop()  # ended before this one starts
         for end, outer in reversed(stack):
             if end >= e:  # the innermost range that contains this one
-                if outer == phase:
+                if outer == phase and stage(phase):
                     repeats.append(i)
                 break
         stack.append((e, phase))
@@ -153,7 +204,8 @@ class NestFrontier:
 
     >>> got = []
     >>> f = NestFrontier(lambda payload, repeat: got.append((payload, repeat)))
-    >>> for s, e, phase in [(1, 39, "lp"), (0, 40, "lp"), (50, 60, "upd")]:  # in end order
+    >>> lp = "compute_log_prob"
+    >>> for s, e, phase in [(1, 39, lp), (0, 40, lp), (50, 60, "upd")]:  # in end order
     ...     f.add(s, e, phase, payload=(s, e))
     >>> f.close()
     >>> sorted(got)
@@ -164,6 +216,7 @@ class NestFrontier:
         self.settle = settle
         self.window = window
         self.tops: list[_Node] = []
+        self.stage = _Stages()
 
     def add(self, start: int, end: int, phase: str, payload: Any) -> None:
         node = _Node(start, end, phase, payload)
@@ -177,8 +230,8 @@ class NestFrontier:
         node.children = level[cut:]
         del level[cut:]
         for child in node.children:
-            child.repeat = child.phase == phase
-        node.repeat = parent is not None and parent.phase == phase
+            child.repeat = child.phase == phase and self.stage(phase)
+        node.repeat = parent is not None and parent.phase == phase and self.stage(phase)
         if level:  # the one before it is nested in no later range: its inner ranges are settled
             self._settle_inside(level[-1])
         level.append(node)

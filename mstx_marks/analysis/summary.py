@@ -8,10 +8,10 @@ total over fastest, and which rank is slowest). Everything is per role first (th
 part in the job: ``TaskRunner``, ``WorkerDict``, ``EngineCore_DP0``, ...; see
 :func:`mstx_marks.export.out.process_role`), then per rank: the processes of an RL job on one
 GPU all say rank 0, and only their roles tell them apart, so two roles are never summed.
-A stage marked twice (a range nested directly in one of the same phase on its thread, as verl's
-``actor_compute_log_prob`` around ours) counts once, which a note says; the annotations PyTorch
-and HCCL make by themselves (``nccl:all_reduce``, ``Optimizer.step#...``, ``hccl:<op>``) are
-shown apart from the user's phases (:mod:`mstx_marks.analysis.stages`).
+A stage marked twice (a range nested directly in one of the same phase of the registry on its
+thread, as verl's ``actor_compute_log_prob`` around ours) counts once, which a note says; the
+annotations PyTorch and HCCL make by themselves (``nccl:all_reduce``, ``Optimizer.step#...``,
+``hccl:<op>``) are shown apart from the user's phases (:mod:`mstx_marks.analysis.stages`).
 
 :func:`summarize_path` (what the command runs) streams: each file is reduced where it is read,
 in worker processes, to a few numbers per phase (:mod:`mstx_marks.analysis.aggregate`; a database
