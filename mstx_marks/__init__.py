@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from mstx_marks.capture.nn_modules import instrument_modules
     from mstx_marks.capture.presets.verl import marked_timer
     from mstx_marks.core.status import Status, status
-    from mstx_marks.export.flush import flush_at_exit
+    from mstx_marks.export.out import flush_at_exit
     from mstx_marks.launch.activate import activate
     from mstx_marks.profiling.recipes import capture
 
@@ -86,7 +86,7 @@ _LAZY = {
     "marked_timer": ("mstx_marks.capture.presets.verl", "marked_timer"),
     "Status": ("mstx_marks.core.status", "Status"),
     "status": ("mstx_marks.core.status", "status"),
-    "flush_at_exit": ("mstx_marks.export.flush", "flush_at_exit"),
+    "flush_at_exit": ("mstx_marks.export.out", "flush_at_exit"),
     "activate": ("mstx_marks.launch.activate", "activate"),
     "capture": ("mstx_marks.profiling.recipes", "capture"),
 }

@@ -340,7 +340,7 @@ def test_1_a_spilled_recording_past_its_capacity_loses_nothing(tmp_path: Any) ->
 
     rec = Recorder(capacity=100_000)
     flush = flush_at_exit(tmp_path, rank=0, recorder=rec, signals=(), interval=None)
-    target = flush.__self__  # type: ignore[attr-defined]
+    target = flush.func.__self__  # type: ignore[attr-defined]
     for i in range(200_000):
         rec.range_end(rec.range_start("step" if i == 0 else "x", "d"), "d")
         if i % 20_000 == 0:

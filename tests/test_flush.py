@@ -25,7 +25,7 @@ def _no_exit_hooks(monkeypatch: pytest.MonkeyPatch) -> list[object]:
 
     registered: list[object] = []
     fake = types.SimpleNamespace(register=registered.append)
-    monkeypatch.setattr("mstx_marks.export.flush.atexit", fake)
+    monkeypatch.setattr("mstx_marks.export.out.atexit", fake)
     return registered
 
 
@@ -208,15 +208,17 @@ def test_asking_for_files_means_recording(tmp_path: Path) -> None:
 def test_an_empty_recording_says_why_and_keeps_what_was_written(tmp_path: Path) -> None:
     rec = Recorder()
     flush = flush_at_exit(tmp_path, rank=0, recorder=rec, signals=())
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        assert flush() == []  # nothing recorded yet: nothing written, and it says why
+    assert len(w) == 1 and "recorded no ranges" in str(w[0].message)
+    assert "no range or instant was recorded into the recorder given" in str(w[0].message)
     rec.range_end(rec.range_start("step", "default"), "default")
     written = flush()
     rec.clear()
-    with warnings.catch_warnings(record=True) as w:
-        warnings.simplefilter("always")
-        again = flush()
+    again = flush()  # the recorder holds nothing new: the files keep what the spill holds
     assert again == written
-    assert [r.name for r in read_ascend_db(written[1]).ranges] == ["step"]  # not replaced
-    assert len(w) == 1 and "rank 0 recorded no ranges" in str(w[0].message)
+    assert [r.name for r in read_ascend_db(written[1]).ranges] == ["step"]
 
 
 def test_an_empty_recording_names_the_reason(tmp_path: Path) -> None:

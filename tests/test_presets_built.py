@@ -98,13 +98,18 @@ def vllm_on(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     fake_module(monkeypatch, "vllm_ascend.worker.worker", NPUWorker=NPUWorker)
     fake_module(monkeypatch, "other_platform.worker", OtherPlatformWorker=OtherPlatformWorker)
     armed = dict(presets._armed)
+    presets._armed.clear()  # armed by an earlier test: this one arms what it needs itself
     saved = {c: dict(vars(c)) for c in (Worker, NPUWorker, OtherPlatformWorker, WorkerWrapperBase)}
+    before = {f: len(presets._handles[f]) for f in presets.FRAMEWORKS}
+    watches = len(presets._watches)
     yield
-    for handle in [h for f in presets.FRAMEWORKS for h in presets._handles[f]] + presets._watches:
+    for f in presets.FRAMEWORKS:  # only what this test added: earlier tests undid their own
+        for handle in presets._handles[f][before[f] :]:
+            handle.undo()
+        del presets._handles[f][before[f] :]
+    for handle in presets._watches[watches:]:
         handle.undo()
-    for f in presets.FRAMEWORKS:
-        presets._handles[f].clear()
-    presets._watches.clear()
+    del presets._watches[watches:]
     presets._armed.clear()
     presets._armed.update(armed)
     from mstx_marks.base import import_hooks

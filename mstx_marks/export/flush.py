@@ -1,56 +1,40 @@
-"""Write a process's recording when it ends, including when it is stopped by SIGTERM or Ctrl-C.
+"""A process's files and its exit: one rank's Chrome trace and database written together, and
+SIGTERM/SIGINT held back while the exit's writing runs.
 
-A training worker is often stopped rather than left to finish; :func:`flush_at_exit` makes sure
-what it recorded still reaches disk. The files are written atomically, so a flush cut short by a
-second signal leaves the previous complete files, never half of one; and while the exit's work
-runs, SIGTERM and SIGINT are held back (:func:`signals_deferred`) and handled once it is done, so
-a signal at exit neither re-enters the flush (which waited on itself for ever) nor cuts it short.
-
-Recording to files means spilling: completed events go to ``out/spill/`` every half second (so a
-SIGKILL loses at most that), the recorder frees what was spilled (constant memory however long
-the run), and the Chrome trace and database are made from the spill. A forked child gets files
-of its own (its own spill, database folder and a Chrome trace named by host and pid).
+The recording session that decides when to write them is :mod:`.out` (one per process: every
+request for files joins it). Here: :func:`export_rank` writes one rank's two files atomically and
+together (a flush cut short by a second signal leaves the previous complete files, never half of
+one); :func:`signals_deferred` holds SIGTERM and SIGINT back while the exit's work runs and
+handles them once it is done, so a signal at exit neither re-enters the writing (which waited on
+itself for ever) nor cuts it short; :func:`chain_signal` runs a writer on a signal, then what was
+installed before.
 
 >>> import tempfile
->>> from mstx_marks.backends.record import Recorder
->>> rec = Recorder()
->>> rec.range_end(rec.range_start("step", "default"), "default")
->>> flush = flush_at_exit(tempfile.mkdtemp(), rank=0, recorder=rec, signals=())
->>> [p.name for p in flush()]
-['rank0.trace.json', 'ascend_pytorch_profiler_0.db']
+>>> from mstx_marks.base.records import RangeRecord, RankTrace
+>>> trace = RankTrace(0, [RangeRecord("step", "default", 1, 2, 1, 1)])
+>>> [p.name for p in export_rank(tempfile.mkdtemp(), trace)][:1]
+['rank0.trace.json']
 """
 
 from __future__ import annotations
 
-import atexit
 import contextlib
-import functools
 import os
 import signal
-import socket
-import sys
 import threading
-import weakref
 from pathlib import Path
 from types import FrameType
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterator
 
-from mstx_marks.backends.record import Recorder, default_recorder
-from mstx_marks.base import env
-from mstx_marks.base.diagnostics import warn_once
-from mstx_marks.base.forking import after_fork_in_child, new_lock
 from mstx_marks.base.records import RankTrace
-from mstx_marks.core import routing as settings
 from mstx_marks.export.ascend_db import ascend_db_path, write_ascend_db
 from mstx_marks.export.chrome import write_chrome_trace
 from mstx_marks.export.files import atomic_paths
-from mstx_marks.export.spill import Spill
 
 __all__ = [
     "chain_signal",
     "chrome_trace_path",
     "export_rank",
-    "flush_at_exit",
     "safe_role",
     "signals_deferred",
 ]
@@ -101,117 +85,6 @@ def export_rank(
         write_chrome_trace(chrome_tmp, [trace])
         write_ascend_db(db_tmp, trace)
     return [chrome, Path(db_path)]
-
-
-def flush_at_exit(
-    out_dir: str | Path,
-    *,
-    rank: int | None = None,
-    recorder: Recorder | None = None,
-    signals: Iterable[int] = (signal.SIGTERM, signal.SIGINT),
-    interval: float | None = 0.5,
-) -> Callable[[], list[Path]]:
-    """Export ``recorder`` (default: the ``"record"`` backend's) with :func:`export_rank` at
-    interpreter exit and on each of ``signals``; return the flush, to call at any time as well.
-
-    Asking for files means recording: unless ``recorder`` is given, every range from now on is
-    also kept by the in-process recorder, beside the device backend (``configure(record=True)``).
-    ``rank`` defaults to :func:`mstx_marks.base.env.rank` (``RANK``, else torch.distributed's rank,
-    else 0). Completed events are spilled every ``interval`` seconds (None: only at a flush) and
-    released from the recorder; each flush spills the rest and rewrites the same files from the
-    spill; a flush with nothing recorded says why once and never replaces files that hold
-    ranges. On a signal the flush runs, then the handler that was there before runs (so SIGTERM
-    still ends the process and Ctrl-C still raises KeyboardInterrupt).
-    Signal handlers can only be set from the main thread; pass ``signals=()`` elsewhere.
-    ``multiprocessing`` children leave with ``os._exit``, which skips exit hooks: call the flush
-    at the end of such a child yourself.
-    """
-    rank = env.rank() if rank is None else rank
-    env.run_id()  # made now, so the processes this one starts share it
-    if recorder is None:
-        settings.configure(record=True)
-    source = recorder if recorder is not None else default_recorder()
-    target = _FlushTarget(out_dir, source, rank, interval)
-    after_fork_in_child(functools.partial(_forked, weakref.ref(target)))
-
-    def on_exit() -> None:
-        try:
-            target.flush(at_exit=True)
-        except Exception as e:  # an exit hook must not hide the program's own exit status
-            print(f"mstx_marks: could not write the recording to {out_dir}: {e}", file=sys.stderr)
-
-    atexit.register(on_exit)
-    for signum in signals:
-        chain_signal(signum, on_exit)
-    return target.flush
-
-
-class _FlushTarget:
-    """What :func:`flush_at_exit` writes, for the process it is in: a forked child makes its
-    own spill and files (it must neither append to its parent's spill nor replace its files)."""
-
-    def __init__(
-        self, out_dir: str | Path, source: Recorder, rank: int, interval: float | None
-    ) -> None:
-        self.out_dir, self.source, self.rank, self.interval = Path(out_dir), source, rank, interval
-        # Re-entrant: a flush called from a signal handler on a thread already flushing (the
-        # signals are deferred at exit; a user's own flush() from a handler may still nest).
-        self.lock = new_lock(reentrant=True)
-        self._begin(child=False)
-
-    def _begin(self, *, child: bool) -> None:
-        self.pid = os.getpid()
-        self.spill = Spill(self.out_dir, self.source, rank=self.rank)
-        self.process = f"{socket.gethostname()}-{self.pid}" if child else ""
-        self.db_path = ascend_db_path(self.out_dir / "ascend", self.rank)
-        self.written: list[Path] = []
-        if self.interval is not None:
-            self.spill.start(self.interval)
-
-    def forked(self) -> None:
-        self.lock = new_lock(reentrant=True)  # the parent's may have been held by another thread
-        self._begin(child=True)
-
-    def flush(self, at_exit: bool = False) -> list[Path]:
-        with signals_deferred(), self.lock:
-            spill = self.spill
-            spill.rank = self.rank
-            if self.source.used:
-                spill.write_now(final=True)
-            if not self.source.used:
-                warn_once(
-                    ("empty flush", str(self.out_dir), self.rank),
-                    f"rank {self.rank} recorded no ranges, so {self.out_dir} gets none: "
-                    f"{_why_empty()}",
-                )
-                if self.written:
-                    return list(self.written)  # an empty recording never replaces one with ranges
-            if spill.too_long_to_export():
-                return [spill.path]
-            trace = spill.read()
-            trace.rank = self.rank
-            self.written[:] = export_rank(self.out_dir, trace, self.db_path, self.process)
-            return list(self.written)
-
-
-def _forked(ref: weakref.ref[_FlushTarget]) -> None:
-    target = ref()
-    if target is not None:
-        target.forked()
-
-
-def _why_empty() -> str:
-    """In plain words, why a process recorded nothing."""
-    state = settings.state()
-    if env.off():
-        return f"{env.OFF}=1 switched the library off for this process"
-    if not state.enabled:
-        return "ranges are disabled (configure(enabled=False) or MSTX_MARKS_DISABLE)"
-    if not settings.recording():
-        return f"the backend in use ({state.backend.name}) does not record in process"
-    if state.ranks is not None and env.rank() not in state.ranks:
-        return f"this rank ({env.rank()}) is not in the ranks filter {sorted(state.ranks)}"
-    return "no range or instant was started in this process"
 
 
 def chain_signal(signum: int, before: Callable[[], None]) -> None:

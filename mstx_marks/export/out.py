@@ -1,10 +1,19 @@
-"""``MSTX_MARKS_OUT=DIR``: every process of a job records its ranges and writes them under DIR.
+"""The process's one recording session: whatever asks for files joins it, and it owns the only
+spill and the only exit write.
+
+``MSTX_MARKS_OUT=DIR`` (and ``mstx-marks run --out``, the Ray hook, a recipe) calls
+:func:`record_to`; a program's own :func:`flush_at_exit` joins the same session. Two sessions
+on one recorder would each drain and release what the other had not written (a program run with
+both kept 63-65k of 200k ranges); so there is one :class:`OutSession` per recorder, a process
+has one, and each request for files is a *view* of it (:class:`View`): a folder, written from the
+session's one spill at exit, on SIGTERM, or when a ``flush()`` asks.
 
 Each process records (beside the device backend), spills completed events to its own file at
 least once a second (:mod:`.spill`), and at exit or SIGTERM adds the ranges still open and
-writes its Chrome trace and Ascend database. Files are named by host and pid, so the processes
-of a job (trainer ranks, Ray actors, vLLM's EngineCore and workers, which may all say rank 0)
-never overwrite each other, and a process that records nothing writes nothing.
+writes each view's Chrome trace and Ascend database. ``MSTX_MARKS_OUT``'s files are named by
+role, host and pid, so the processes of a job (trainer ranks, Ray actors, vLLM's EngineCore and
+workers, which may all say rank 0) never overwrite each other, and a process that records
+nothing writes nothing; :func:`flush_at_exit`'s by rank (``chrome/rank0.trace.json``).
 
 Processes that end without exit hooks still leave their spill. ``os._exit`` (multiprocessing's
 fork children end so) is wrapped to write the last events first. Ray 2.60 ends its workers from
@@ -38,24 +47,29 @@ Each process's files carry its role (:func:`process_role`): the Chrome trace is
 from __future__ import annotations
 
 import atexit
+import functools
 import multiprocessing
 import os
 import signal
 import socket
 import sys
 import threading
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping
 
-from mstx_marks.backends.record import default_recorder
+from mstx_marks.backends.base import Backend, Emitter, FaultReport
+from mstx_marks.backends.record import Recorder, default_recorder
 from mstx_marks.base import env
-from mstx_marks.base.forking import after_fork_in_child
+from mstx_marks.base.diagnostics import warn_once
+from mstx_marks.base.forking import after_fork_in_child, new_lock
+from mstx_marks.base.records import RankTrace
 from mstx_marks.core import routing as settings
 from mstx_marks.export.ascend_db import ascend_db_path
 from mstx_marks.export.flush import chain_signal, export_rank, safe_role, signals_deferred
 from mstx_marks.export.spill import Spill
 
-__all__ = ["OutSession", "process_role", "record_to"]
+__all__ = ["OutSession", "View", "flush_at_exit", "forget", "process_role", "record_to"]
 
 
 def process_role() -> str:
@@ -121,23 +135,68 @@ def _actor_class(context: Any) -> str:
         return ""
 
 
-class OutSession:
-    """One process's recording to ``out_dir``; :meth:`close` writes its files (once)."""
+@dataclass
+class View:
+    """One request for files: a folder written from the session's spill. ``by_role`` names the
+    files by role, host and pid (``MSTX_MARKS_OUT``), else by rank (:func:`flush_at_exit`);
+    ``rank`` is the rank they say (None: the process's, read when written)."""
 
-    def __init__(self, out_dir: str | Path, interval: float | None) -> None:
+    out_dir: Path
+    by_role: bool = True
+    rank: int | None = None
+    #: What the last write put there (a write with nothing recorded never replaces it).
+    written: list[Path] = field(default_factory=list)
+    #: The database path of a by-rank view, fixed at its first write in a process.
+    db_path: Path | None = None
+
+
+class OutSession:
+    """One recording's spill and exits, and the views written from it (module docstring).
+
+    ``recorder`` is the process's recorder unless given (a private recording of one's own);
+    the spill lives in the first view's folder. :meth:`close` writes every view, once.
+    """
+
+    def __init__(
+        self,
+        out_dir: str | Path,
+        interval: float | None,
+        *,
+        recorder: Recorder | None = None,
+        by_role: bool = True,
+        rank: int | None = None,
+    ) -> None:
         self.out_dir = Path(out_dir)
         self.interval = interval
+        self.recorder = recorder if recorder is not None else default_recorder()
+        self.views = [View(self.out_dir, by_role, rank)]
         #: Set when a signal ended a Ray worker: only the spill is written from then on.
         self.spill_only = False
         self._closed = False
+        self._child = False
+        self._late_writes = 0
+        # Re-entrant: a flush called from a signal handler on a thread already writing.
+        self.lock = new_lock(reentrant=True)
         self._begin()
 
     def _begin(self) -> None:
-        recorder = default_recorder()
-        self.spill = Spill(self.out_dir, recorder, rank=env.rank(), role=process_role())
+        self.spill = Spill(self.out_dir, self.recorder, rank=self._rank(), role=process_role())
         self._stop = threading.Event()
         if self.interval is not None:
             threading.Thread(target=self._loop, name="mstx_marks spill", daemon=True).start()
+
+    def _rank(self) -> int:
+        explicit = [v.rank for v in self.views if v.rank is not None]
+        return explicit[0] if explicit else env.rank()
+
+    def view(self, out_dir: str | Path, *, by_role: bool, rank: int | None) -> View:
+        """The view of ``out_dir`` with that naming, added if new: what a request joins."""
+        with self.lock:
+            for v in self.views:
+                if v.out_dir == Path(out_dir) and v.by_role == by_role and v.rank == rank:
+                    return v
+            self.views.append(View(Path(out_dir), by_role, rank))
+            return self.views[-1]
 
     def _loop(self) -> None:
         assert self.interval is not None
@@ -148,38 +207,165 @@ class OutSession:
         """Spill what completed (and, ``final``, what is still open); never raises."""
         try:
             # The rank may become known later (torch.distributed initialised after start).
-            self.spill.rank, self.spill.role = env.rank(), process_role()
+            self.spill.rank, self.spill.role = self._rank(), process_role()
             return self.spill.write_now(final=final, blocking=blocking)
         except Exception:
             return self.spill.path
 
+    def flush(self, view: View | None = None) -> list[Path]:
+        """Spill now and write ``view`` (every view: None) from the spill; the files written.
+        The session goes on: a later flush or the exit writes them again, with more."""
+        with signals_deferred(), self.lock:
+            spilled = self.write_now(final=True)
+            return self._write_views([view] if view is not None else self.views, spilled)
+
     def close(self) -> list[Path]:
-        """The last spill, then this process's Chrome trace and database; idempotent."""
-        if self._closed:
-            return []
-        self._closed = True
-        self._stop.set()
-        written = [self.write_now(final=True)]
-        if self.spill_only or self.spill.too_long_to_export():
+        """The last spill, then every view's Chrome trace and database; idempotent."""
+        with self.lock:
+            if self._closed:
+                return []
+            self._closed = True
+            self._stop.set()
+            spilled = self.write_now(final=True)
+            if self.spill_only:
+                return [spilled]
+            written = [spilled, *self._write_views(self.views, spilled)]
+            if self.recorder is default_recorder():
+                _write_late_ranges(self)
             return written
+
+    def late(self) -> None:
+        """An event completed after :meth:`close` (an exit hook that runs after ours, having
+        been registered before the library was imported): spill it and write the views again,
+        at once, since nothing runs later to do it. At most :data:`LATE_REWRITES` times; after
+        that only the spill takes them (said once)."""
+        with signals_deferred(), self.lock:
+            spilled = self.write_now(final=True)
+            if self._late_writes >= LATE_REWRITES:
+                warn_once(
+                    ("late ranges",),
+                    f"ranges recorded at exit after {LATE_REWRITES} were written after the"
+                    f" exports: they are in the spill ({spilled}) only",
+                )
+                return
+            self._late_writes += 1
+            self._write_views(self.views, spilled)
+
+    def _write_views(self, views: list[View], spilled: Path) -> list[Path]:
+        if self.spill.too_long_to_export():
+            return [spilled]
         # Made from the spill: the recorder released what it spilled (constant memory).
         trace = self.spill.read()
-        if not trace.records:
-            return []
+        written: list[Path] = []
+        for view in views:
+            if not trace.records:
+                warn_once(
+                    ("empty recording", str(view.out_dir)),
+                    f"this process recorded no ranges, so {view.out_dir} gets none:"
+                    f" {_why_empty(self.recorder)}",
+                )
+                written += view.written  # an empty recording never replaces one with ranges
+                continue
+            view.written[:] = self._export(trace, view)
+            written += view.written
+        return written
+
+    def _export(self, trace: RankTrace, view: View) -> list[Path]:
         host, pid = socket.gethostname(), os.getpid()
-        trace.rank, trace.role = self.spill.rank, self.spill.role
+        trace.rank = view.rank if view.rank is not None else self.spill.rank
+        trace.role = self.spill.role
+        if not view.by_role:
+            if view.db_path is None:
+                view.db_path = ascend_db_path(view.out_dir / "ascend", trace.rank)
+            # A forked child's trace is its own file: it never replaces its parent's.
+            process = f"{host}-{pid}" if self._child else ""
+            return export_rank(view.out_dir, trace, view.db_path, process)
         # torch_npu's folder is <worker>_<time>_ascend_pt: the role leads the worker name, so
         # a listing groups the databases by role too (the role is also in its META_DATA).
         worker = f"{safe_role(trace.role)}_{host}_{pid}" if trace.role else None
-        db = ascend_db_path(self.out_dir / "ascend", trace.rank, worker=worker)
-        written += export_rank(self.out_dir, trace, db, process=f"{host}-{pid}")
-        return written
+        db = ascend_db_path(view.out_dir / "ascend", trace.rank, worker=worker)
+        return export_rank(view.out_dir, trace, db, process=f"{host}-{pid}")
 
     def _forked(self) -> None:
         # The child has its own pid, so its own files; the recorder cleared itself at the fork.
         self._closed = False
+        self._child = True
+        for v in self.views:
+            v.written, v.db_path = [], None
         self._begin()
         _SignalWatch.after_fork()
+
+
+#: How many times events completed after the exit write rewrite the exports (module docstring).
+LATE_REWRITES = 16
+
+
+class _Late(Backend):
+    """The backend in force after the exit write: ``inner``'s calls, each completed event then
+    written by ``session.late()``. Exit hooks run newest first, so one registered before the
+    library was imported runs after its exit write, and its ranges would be lost without it."""
+
+    def __init__(self, inner: Backend, session: OutSession) -> None:
+        self.inner, self.session = inner, session
+        self.name, self.emits = inner.name, inner.emits
+
+    def emitter(self, stream: object) -> Emitter:
+        em, late = self.inner.emitter(stream), self.session.late
+        start, end, instant = em.start, em.end, em.instant
+
+        def late_end(handle: Any, domain: str) -> None:
+            end(handle, domain)
+            late()
+
+        def late_instant(name: str, domain: str) -> None:
+            instant(name, domain)
+            late()
+
+        return Emitter(self, start, late_end, late_instant)
+
+    def records_into(self) -> Recorder | None:
+        return self.inner.records_into()
+
+    def keep_args(self, handle: Any, args: Mapping[str, Any]) -> None:
+        self.inner.keep_args(handle, args)
+
+    def instant_with_args(
+        self, name: str, domain: str, args: Mapping[str, Any], stream: object
+    ) -> None:
+        self.inner.instant_with_args(name, domain, args, stream)
+        self.session.late()
+
+    def report_faults_to(self, report: FaultReport) -> None:
+        self.inner.report_faults_to(report)
+
+    def rearm(self) -> None:
+        self.inner.rearm()
+
+
+def _write_late_ranges(session: OutSession) -> None:
+    """From the exit write on, every completed event is written as it completes (:class:`_Late`)."""
+    try:
+        backend = settings.current_backend()
+        if not isinstance(backend, _Late):
+            settings.configure(backend=_Late(backend, session))
+    except Exception as exc:  # the exit's files are written; the late ones are a bonus
+        warn_once(("late",), f"ranges recorded after the exit write may be lost ({exc})")
+
+
+def _why_empty(recorder: Recorder) -> str:
+    """In plain words, why a process recorded nothing into ``recorder``."""
+    if recorder is not default_recorder():
+        return "no range or instant was recorded into the recorder given to flush_at_exit"
+    state = settings.state()
+    if env.off():
+        return f"{env.OFF}=1 switched the library off for this process"
+    if not state.enabled:
+        return "ranges are disabled (configure(enabled=False) or MSTX_MARKS_DISABLE)"
+    if not settings.recording():
+        return f"the backend in use ({state.backend.name}) does not record in process"
+    if state.ranks is not None and env.rank() not in state.ranks:
+        return f"this rank ({env.rank()}) is not in the ranks filter {sorted(state.ranks)}"
+    return "no range or instant was started in this process"
 
 
 _session: OutSession | None = None
@@ -270,22 +456,113 @@ def record_to(
     signals: Iterable[int] = (signal.SIGTERM,),
 ) -> OutSession:
     """Record this process's ranges to ``out_dir`` until it exits (what ``MSTX_MARKS_OUT``
-    does); returns the session. ``interval`` is the spill period in seconds (None: only at
-    exit). Once per process: a second call returns the first session."""
-    global _session
-    if _session is not None:
-        return _session
-    settings.configure(record=True)
-    env.run_id()  # made now, so the processes this one starts share it
-    session = _session = OutSession(out_dir, interval)
-    atexit.register(_close_quietly)
-    after_fork_in_child(session._forked)
-    os._exit = _exit_writing  # type: ignore[assignment]
-    if threading.current_thread() is threading.main_thread():
-        for signum in signals:
-            chain_signal(signum, _close_on_signal)
-        _SignalWatch.start()
+    does); returns the process's session. ``interval`` is the spill period in seconds (None:
+    only at exit). A later call joins the session: ``out_dir`` becomes one more view of it."""
+    session = _join(out_dir, interval, signals, by_role=True, rank=None)
+    session.view(out_dir, by_role=True, rank=None)
     return session
+
+
+def flush_at_exit(
+    out_dir: str | Path,
+    *,
+    rank: int | None = None,
+    recorder: Recorder | None = None,
+    signals: Iterable[int] = (signal.SIGTERM, signal.SIGINT),
+    interval: float | None = 0.5,
+) -> Callable[[], list[Path]]:
+    """Write this process's recording to ``out_dir`` (``chrome/rankN.trace.json`` and an Ascend
+    database) at interpreter exit and on each of ``signals``; return the flush, to call at any
+    time as well.
+
+    It joins the process's one recording session (:func:`record_to`, ``MSTX_MARKS_OUT``): one
+    spill, one exit write, ``out_dir`` one more view of it. Asking for files means recording:
+    every range from now on is also kept by the in-process recorder, beside the device backend.
+    ``rank`` defaults to the process's (``RANK``, else torch.distributed's, else 0).
+    Completed events are spilled every ``interval`` seconds (None: only at a flush) and released
+    from the recorder; each flush spills the rest and rewrites the same files from the spill; a
+    flush with nothing recorded says why once and never replaces files that hold ranges. On a
+    signal the files are written, then the handler that was there before runs (so SIGTERM still
+    ends the process and Ctrl-C still raises KeyboardInterrupt). Signal handlers can be set from
+    the main thread only: called from another thread it says so once and hooks the exit alone.
+    ``recorder`` makes a session of that recorder's own, apart from the process's.
+    ``multiprocessing`` children leave with ``os._exit``, which is wrapped to spill first.
+
+    >>> import tempfile
+    >>> from mstx_marks.backends.record import Recorder
+    >>> rec = Recorder()
+    >>> rec.range_end(rec.range_start("step", "default"), "default")
+    >>> flush = flush_at_exit(tempfile.mkdtemp(), rank=0, recorder=rec, signals=())
+    >>> [p.name for p in flush()]
+    ['rank0.trace.json', 'ascend_pytorch_profiler_0.db']
+    """
+    if recorder is not None:  # a recording of its own: its own session and exit
+        own = OutSession(out_dir, interval, recorder=recorder, by_role=False, rank=rank)
+        after_fork_in_child(own._forked)
+        atexit.register(_closing(own))
+        _chain(signals, _closing(own))
+        return functools.partial(own.flush, own.views[0])
+    session = _join(out_dir, interval, signals, by_role=False, rank=rank)
+    return functools.partial(session.flush, session.view(out_dir, by_role=False, rank=rank))
+
+
+_join_lock = new_lock(reentrant=True)
+_chained: set[int] = set()
+
+
+def _join(
+    out_dir: str | Path,
+    interval: float | None,
+    signals: Iterable[int],
+    *,
+    by_role: bool,
+    rank: int | None,
+) -> OutSession:
+    """The process's session, made (with its exit hooks) by the first request; every request
+    adds the signals it asks for."""
+    global _session
+    with _join_lock:
+        settings.configure(record=True)
+        env.run_id()  # made now, so the processes this one starts share it
+        session = _session
+        if session is None:
+            session = _session = OutSession(out_dir, interval, by_role=by_role, rank=rank)
+            atexit.register(_close_quietly)
+            after_fork_in_child(session._forked)
+            os._exit = _exit_writing  # type: ignore[assignment]
+            if threading.current_thread() is threading.main_thread():
+                _SignalWatch.start()
+        _chain([s for s in signals if s not in _chained], _close_on_signal)
+        return session
+
+
+def _chain(signals: Iterable[int], write: Callable[[], None]) -> None:
+    wanted = list(signals)
+    if not wanted:
+        return
+    if threading.current_thread() is not threading.main_thread():
+        warn_once(
+            ("signals from a thread",),
+            "files were asked for from a thread other than the main one, where Python lets no"
+            " signal handler be set: the recording is written at exit and spilled as it goes,"
+            " but a SIGTERM or Ctrl-C does not write it first (ask from the main thread)",
+        )
+        return
+    for signum in wanted:
+        chain_signal(signum, write)
+        _chained.add(signum)
+
+
+def _closing(session: OutSession) -> Callable[[], None]:
+    def close() -> None:
+        try:
+            with signals_deferred():
+                session.close()
+        except Exception as e:  # an exit hook must not hide the program's own exit status
+            print(f"mstx_marks: could not write the recording to {session.out_dir}: {e}",
+                  file=sys.stderr)  # fmt: skip
+
+    return close
 
 
 def _close_on_signal() -> None:
@@ -305,11 +582,16 @@ def _close_on_signal() -> None:
 
 def _close_quietly() -> None:
     session = _session
-    if session is None:
-        return
-    try:
-        with signals_deferred():  # a signal at exit neither re-enters nor cuts the writing
-            session.close()
-    except Exception as e:  # an exit hook must not hide the program's own exit status
-        print(f"mstx_marks: could not write the recording to {session.out_dir}: {e}",
-              file=sys.stderr)  # fmt: skip
+    if session is not None:
+        _closing(session)()
+
+
+def forget() -> None:
+    """Stop the process's session without writing it (its spill thread ends). For tests, which
+    start each from a fresh process state."""
+    global _session
+    with _join_lock:
+        if _session is not None:
+            _session._stop.set()
+            _session._closed = True
+        _session = None

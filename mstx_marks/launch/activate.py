@@ -53,7 +53,7 @@ def parse_instrument(text: str | None) -> tuple[str, ...]:
         try:
             name = preset_name(name)
         except ValueError as exc:
-            warn(f"ignoring a name in {env.INSTRUMENT}={_quoted(text or '')}: {exc}")
+            warn(f"ignoring {name[:_QUOTE]!r} in {env.INSTRUMENT}={_quoted(text or '')}: {exc}")
             continue
         if name not in names:
             names.append(name)

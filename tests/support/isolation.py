@@ -3,6 +3,8 @@ tests call it per example, since Hypothesis runs many examples inside one fixtur
 
 from __future__ import annotations
 
+import sys
+
 import mstx_marks
 from mstx_marks import backends
 from mstx_marks.base import diagnostics
@@ -10,7 +12,11 @@ from mstx_marks.core import routing as settings
 
 
 def fresh() -> None:
-    """Fresh settings, recorder, auto-detection cache and once-only warnings."""
+    """Fresh settings, recorder, auto-detection cache, once-only warnings, and no recording
+    session (a test's files are its own)."""
+    out = sys.modules.get("mstx_marks.export.out")
+    if out is not None:
+        out.forget()
     settings.reset()
     backends._detected = None
     diagnostics.forget_warnings()
