@@ -266,9 +266,8 @@ def test_torch_backend_ranges_in_a_cpu_profiler_trace(tmp_path: Path) -> None:
 
 def test_torch_backend_without_profiler_records_nothing() -> None:
     torch = pytest.importorskip("torch")
-    from mstx_marks.backends.torch import TorchBackend
-
     from mstx_marks.backends.reopen import WAITING
+    from mstx_marks.backends.torch import TorchBackend
 
     emitter = TorchBackend().emitter(None)
     before = WAITING.waiting()
