@@ -46,11 +46,11 @@ once and the recipe disarms itself. ``python -m mstx_marks recipes`` prints :fun
 from __future__ import annotations
 
 import atexit
-import contextvars
 import functools
 import os
 import re
 import sys
+import threading
 import weakref
 from collections.abc import Sequence
 from types import ModuleType, TracebackType
@@ -339,10 +339,16 @@ class _Stage(NamedTuple):
     step: int
 
 
-#: The stage calls running in this thread or task, innermost last.
-_stages: contextvars.ContextVar[tuple[_Stage, ...]] = contextvars.ContextVar(
-    "mstx_marks_recipe_stages", default=()
-)
+#: The stage calls running, by the thread that entered them, innermost last. No contextvars
+#: (the library's rule): each entry is its own token, so an exit finds its own entry by
+#: identity, whatever ran in between (a generator exited late, another stage on the thread).
+_stages: dict[int, list[_Stage]] = {}
+
+
+def _running_stages() -> tuple[_Stage, ...]:
+    return tuple(_stages.get(threading.get_ident(), ()))
+
+
 _stage_counts: weakref.WeakKeyDictionary[Any, dict[str, int]] = weakref.WeakKeyDictionary()
 _id_counts: dict[tuple[int, str], int] = {}  # objects that cannot be weakly referenced
 
@@ -371,13 +377,19 @@ class _StageHook(Hook):
         if not args:
             return None
         stage = _Stage(args[0], _count(args[0], self.what))
-        return _stages.set((*_stages.get(), stage))
+        tid = threading.get_ident()
+        _stages.setdefault(tid, []).append(stage)
+        return tid, stage
 
     def exit(self, token: Any, error: Optional[BaseException]) -> None:
-        try:
-            _stages.reset(token)
-        except ValueError:  # exited in another context (a generator): drop the newest
-            _stages.set(_stages.get()[:-1])
+        tid, stage = token
+        running = _stages.get(tid, [])
+        for i in range(len(running) - 1, -1, -1):
+            if running[i] is stage:
+                del running[i]
+                break
+        if not running:
+            _stages.pop(tid, None)
 
 
 _stage_hooks: dict[tuple[str, str], _StageHook] = {}
@@ -529,7 +541,7 @@ class Capture:
         role = _verl_role(obj)
         if role not in self.recipe.roles or self.role_filter not in (None, role):
             return None
-        stages = _stages.get()
+        stages = _running_stages()
         step = stages[-1].step if stages else _count(obj, f"{self.recipe.name} loop")
         if self.steps and step not in self.steps:
             self._maybe_finish(step)
