@@ -213,3 +213,20 @@ def test_an_unknown_preset_name_says_the_closest() -> None:
         assert parse_instrument("vlm,verl") == ("verl",)
     (said,) = [str(w.message) for w in caught]
     assert "'vlm'" in said and "did you mean 'vllm'?" in said
+
+
+def test_doctor_says_which_installed_worker_a_setting_leaves_unmarked(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mstx_marks.cli.doctor import diagnose
+
+    (tmp_path / "vllm_ascend").mkdir()
+    (tmp_path / "vllm_ascend" / "__init__.py").write_text("")  # found, never imported
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("MSTX_MARKS_INSTRUMENT", "verl")
+    (said,) = [f for f in diagnose() if "vllm_ascend is installed" in f.text]
+    assert said.level == "warn" and "does not arm 'vllm'" in said.text
+    assert "NPUWorker" in said.text
+    monkeypatch.setenv("MSTX_MARKS_INSTRUMENT", "verl,vllm")
+    (said,) = [f for f in diagnose() if "vllm_ascend is installed" in f.text]
+    assert said.level == "ok" and "NPUWorker marked by the 'vllm' preset" in said.text

@@ -140,6 +140,46 @@ def _instrument() -> list[Finding]:
         out.append(Finding("ok", "instrument", "presets armed: " + ", ".join(names)))
     else:
         out.append(Finding("stop", "instrument", f"{env.INSTRUMENT}={raw!r} arms no preset"))
+    return out + _engines_marked(names)
+
+
+#: The presets whose classes the doctor looks up, by the packages they are in.
+_ENGINE_PRESETS = ("verl", "vllm", "sglang", "mindspeed_rl")
+
+
+def _engines_marked(armed: tuple[str, ...]) -> list[Finding]:
+    """For each framework installed here (found, not imported), the classes of its hot path a
+    preset marks, and whether the setting arms that preset: vllm-ascend's ``NPUWorker`` is the
+    ``vllm`` preset's, which a line without ``vllm`` leaves unmarked. A process that runs a
+    class no preset knows says so itself, when it builds it."""
+    import importlib.util
+
+    from mstx_marks.capture import presets
+
+    out: list[Finding] = []
+    for preset in _ENGINE_PRESETS:
+        by_package: dict[str, list[str]] = {}
+        for t in presets.targets(preset):
+            if "." in t.path:
+                owner = t.path.rpartition(".")[0]
+                by_package.setdefault(t.module.partition(".")[0], []).append(owner)
+        for package, owners in by_package.items():
+            try:
+                found = importlib.util.find_spec(package) is not None
+            except (ImportError, ValueError):
+                found = False
+            if not found:
+                continue
+            classes = ", ".join(dict.fromkeys(owners))
+            if preset in armed:
+                text = f"{package} is installed: {classes} marked by the {preset!r} preset"
+                out.append(Finding("ok", "instrument", text))
+            else:
+                text = (
+                    f"{package} is installed but {env.INSTRUMENT} does not arm {preset!r}, the"
+                    f" preset that marks {classes}: its work runs unmarked"
+                )
+                out.append(Finding("warn", "instrument", text))
     return out
 
 
