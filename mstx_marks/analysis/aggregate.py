@@ -49,6 +49,7 @@ from mstx_marks.analysis.steps import (
     FileTrace,
     Step,
     StepOptions,
+    file_notes,
     find_steps,
     fold_name,
     merge_spans,
@@ -243,6 +244,8 @@ class ProcessPart:
     merged_ns: dict[str, int] = field(default_factory=dict)
     #: Its file recorded no MSTX range (a torch_npu database without ``MSTX_EVENTS``).
     no_mstx: bool = False
+    #: What its file's reader could not use, each naming the file (the summary's notes).
+    notes: list[str] = field(default_factory=list)
 
     @property
     def member(self) -> Member:
@@ -333,6 +336,7 @@ def aggregate_trace(
             merged=dict(merged),
             merged_ns=dict(merged_ns),
             no_mstx=isinstance(trace, FileTrace) and trace.no_mstx,
+            notes=list(file_notes(trace)),
         )
         .set_steps(find_steps(paired, steps, fold))
         .set_breakdown(nested, step_windows(paired, steps, fold))
@@ -489,9 +493,9 @@ def _overall(aggs: list[PhaseAgg], step_time: int) -> Stats:
 
 def combine(parts: Iterable[ProcessPart]) -> Summary:
     """The summary of one part per member (role and rank): per role, its phases in order of
-    first start, each across that role's ranks and on each of them; its notes say which
-    ranges were counted once with the range around them, and which members' files recorded no
-    MSTX range."""
+    first start, each across that role's ranks and on each of them; its notes say what the
+    files' readers could not use, which ranges were counted once with the range around them,
+    and which members' files recorded no MSTX range."""
     by_member = {p.member: p for p in sorted(parts, key=lambda p: p.member)}
     step_time = {m: p.step_time_ns for m, p in by_member.items()}
     known = {m: p for m, p in by_member.items() if not p.streamed}  # breakdown known
@@ -513,7 +517,7 @@ def combine(parts: Iterable[ProcessPart]) -> Summary:
 
 
 def _notes(by_member: dict[Member, ProcessPart]) -> list[str]:
-    notes = []
+    notes = [note for p in by_member.values() for note in p.notes]
     merged: Counter[str] = Counter()
     merged_ns: Counter[str] = Counter()
     for p in by_member.values():

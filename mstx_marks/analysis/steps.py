@@ -41,6 +41,7 @@ __all__ = [
     "FileTrace",
     "Step",
     "StepOptions",
+    "file_notes",
     "file_step_keys",
     "find_steps",
     "fold_name",
@@ -50,6 +51,7 @@ __all__ = [
     "step_time_ns",
     "step_windows",
     "union_ns",
+    "with_notes",
     "with_steps",
 ]
 
@@ -193,10 +195,31 @@ class FileTrace(RankTrace):
     """A trace as its file has it, with what a :class:`~mstx_marks.base.records.RankTrace`
     does not hold: ``step_keys[i]`` is the id of ``steps[i]`` (a database's ``STEP_TIME.id``);
     ``no_mstx`` says that the file recorded no MSTX range at all (a torch_npu database without
-    ``MSTX_EVENTS``), so that its steps are all it holds."""
+    ``MSTX_EVENTS``), so that its steps are all it holds; ``notes`` say what its reader could
+    not use (each naming the file), for the summary's notes."""
 
     step_keys: List[str] = field(default_factory=list)
     no_mstx: bool = False
+    notes: List[str] = field(default_factory=list)
+
+
+def file_notes(trace: RankTrace) -> list[str]:
+    """What the reader of ``trace``'s file could not use (see :class:`FileTrace`)."""
+    return trace.notes if isinstance(trace, FileTrace) else []
+
+
+def with_notes(trace: RankTrace, notes: Sequence[str]) -> RankTrace:
+    """``trace`` with ``notes`` added (a :class:`FileTrace` when there are any; else itself).
+
+    >>> t = with_notes(RankTrace(3, []), ["r3.jsonl: a note"])
+    >>> t.rank, file_notes(t), with_notes(t, ["more"]).notes
+    (3, ['r3.jsonl: a note'], ['r3.jsonl: a note', 'more'])
+    """
+    if not notes:
+        return trace
+    values = {f.name: getattr(trace, f.name) for f in fields(trace) if f.init}
+    values["notes"] = [*file_notes(trace), *notes]
+    return FileTrace(**values)
 
 
 def file_step_keys(trace: RankTrace) -> list[str]:

@@ -71,9 +71,11 @@ from mstx_marks.analysis.steps import (
     DEFAULT_STEP_NAMES,
     Step,
     StepOptions,
+    file_notes,
     fold_name,
     steps_from_ranges,
     steps_from_spans,
+    with_notes,
 )
 from mstx_marks.base.records import (
     InstantRecord,
@@ -96,6 +98,7 @@ __all__ = [
     "aggregate_spill_stream",
     "read_held",
     "read_spill_held",
+    "spill_trace",
 ]
 
 #: A spill's records are held (for self times and timelines) up to this many events. Measured
@@ -440,6 +443,7 @@ class StreamAggregator:
             streamed=True,
             merged=dict(self.merged),
             merged_ns=dict(self.merged_ns),
+            notes=list(file_notes(trace)),
         )
         file_steps = sorted(self.file_steps | set(trace.steps))
         if self.options.name is None and file_steps:
@@ -476,6 +480,23 @@ def _size(path: Path) -> int:
         return 0  # the reader names the file and why
 
 
+def spill_trace(path: str | Path, sink: Callable[[Record], object]) -> RankTrace:
+    """:func:`~mstx_marks.export.spill.read_spill` with ``sink``: the spill's trace, with a note
+    naming the file and the field for each header value that could not be used (a rank of
+    ``Infinity``, a negative pid: read as 0, which the summary should not take without a word).
+
+    >>> import tempfile
+    >>> path = Path(tempfile.mkdtemp()) / "h-1.jsonl"
+    >>> _ = path.write_text('{"mstx_marks_spill": 2, "pid": 7, "rank": Infinity}\\n')
+    >>> t = spill_trace(path, print)
+    >>> t.rank, [n.partition(": ")[2] for n in file_notes(t)]
+    (0, ["its header's rank is Infinity, not an int >= 0: read as 0"])
+    """
+    unusable: list[str] = []
+    found = read_spill(path, sink=sink, unusable=unusable)
+    return with_notes(found, [f"{path}: {why}" for why in unusable])
+
+
 def aggregate_spill_stream(
     path: str | Path,
     fold: Callable[[str], str] = fold_name,
@@ -495,7 +516,7 @@ def aggregate_spill_stream(
     (2, 3, 3, True)
     """
     agg = StreamAggregator(fold, steps)
-    return agg.part(read_spill(path, sink=agg.add))
+    return agg.part(spill_trace(path, agg.add))
 
 
 def aggregate_spill(
@@ -509,7 +530,7 @@ def aggregate_spill(
     path = Path(path)
     sink = HoldOrStream(fold, steps, MAX_HELD_EVENTS if _size(path) <= MAX_SPILL_BYTES else 0)
     holder = RankTrace(0, [])
-    found = read_spill(path, sink=lambda rec: sink.add(holder, rec))
+    found = spill_trace(path, lambda rec: sink.add(holder, rec))
     if sink.streaming:
         return sink.stream_of(holder).part(found)
     found.records = sorted(holder.records, key=lambda r: r.start_ns)  # as read_spill sorts them
@@ -520,7 +541,7 @@ def _spill_traces(path: Path, sink: RecordSink) -> list[RankTrace]:
     """The spill's trace, its records handed to ``sink``, which :func:`read_held` keeps in a
     trace of them: sorted by start, as :func:`~mstx_marks.export.spill.read_spill` sorts."""
     trace = RankTrace(0, [])
-    found = read_spill(path, sink=lambda rec: sink(trace, rec))
+    found = spill_trace(path, lambda rec: sink(trace, rec))
     found.records = trace.records
     found.records.sort(key=lambda r: r.start_ns)  # as read_spill sorts what it keeps
     return [found]

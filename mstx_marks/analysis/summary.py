@@ -67,10 +67,12 @@ from mstx_marks.analysis.readers.chrome_json import NothingToRead
 from mstx_marks.analysis.readers.pool import Progress, default_jobs, map_files
 from mstx_marks.analysis.steps import (
     StepOptions,
+    file_notes,
     file_step_keys,
     find_steps,
     fold_name,
     steps_from_spans,
+    with_notes,
     with_steps,
 )
 from mstx_marks.analysis.stream import StreamAggregator, TooLargeToHold
@@ -190,6 +192,7 @@ def _joined(member: Member, group: Sequence[RankTrace]) -> RankTrace:
     keys = {s: k for t in group for s, k in zip(t.steps, file_step_keys(t))}
     steps = sorted({s for t in group for s in t.steps})
     joined = RankTrace(member.rank, records, steps, group[0].source, member.role, group[0].run)
+    joined = with_notes(joined, [n for t in group for n in file_notes(t)])
     if all(s in keys for s in steps):  # each file named its steps: keep their ids
         return with_steps(joined, steps_from_spans(steps, [keys[s] for s in steps]))
     return joined
@@ -315,6 +318,8 @@ def _streamed_group(
     trace = (
         first if len(found) == 1 else RankTrace(member.rank, [], [], first.source, "", first.run)
     )  # as _joined joins them
+    if len(found) > 1:
+        trace = with_notes(trace, [n for t, _ in found for n in file_notes(t)])
     trace.role = member.role
     return total.part(trace)
 

@@ -461,8 +461,10 @@ class _Reader:
 
     def __init__(self, path: Path, header: dict[str, Any]) -> None:
         self.path = path
-        self.pid = _int(header.get("pid"), 0)
-        self.rank = _int(header.get("rank"), 0)
+        #: The header's values that cannot be used, each said (what it holds, what is used).
+        self.unusable: list[str] = []
+        self.pid = self._count(header, "pid")
+        self.rank = self._count(header, "rank")
         self.role = str(header.get("role") or "")
         self.run = str(header.get("run") or "")
         self.instance = str(header.get("instance") or "")
@@ -478,6 +480,17 @@ class _Reader:
         #: The file's tables so far (see the module's docstring).
         self.names: dict[int, tuple[str, str]] = {}
         self.threads: dict[int, int] = {}
+
+    def _count(self, header: dict[str, Any], field: str) -> int:
+        """The header's ``field``, an int >= 0; else 0, and said in ``unusable`` (a rank of
+        ``Infinity`` or ``"3"`` is not rank 0 without a word)."""
+        value = header.get(field)
+        if value is None or (type(value) is int and 0 <= value < _INT64):
+            return value or 0
+        shown = json.dumps(value)
+        shown = shown if len(shown) <= 40 else shown[:37] + "..."
+        self.unusable.append(f"its header's {field} is {shown}, not an int >= 0: read as 0")
+        return 0
 
     def feed(self, lines: list[bytes]) -> None:
         if not lines:
@@ -583,6 +596,7 @@ def read_spill(
     *,
     extra: bytes = b"",
     sink: Callable[[Record], object] | None = None,
+    unusable: list[str] | None = None,
 ) -> RankTrace:
     """Read one spill file as one process's trace, in bounded memory per line: a torn or
     malformed line (anywhere: a crash mid-write, a disk that filled) is skipped and counted in
@@ -592,6 +606,9 @@ def read_spill(
     With ``sink``, each record is handed to it instead of kept (in file order, not sorted; the
     ranges flagged open come last), and the trace returned has no records: memory stays that of
     one batch of lines, whatever the file holds.
+
+    A header value that cannot be used (a rank of ``Infinity``, a negative pid) is read as 0,
+    and said in ``unusable`` when given (the field, the value, what was used).
 
     Raises :class:`~mstx_marks.base.records.TraceFileError` naming the file when it is not a spill.
     """
@@ -608,6 +625,8 @@ def read_spill(
             if not isinstance(header, dict) or header.get("mstx_marks_spill") != _FORMAT:
                 raise TraceFileError(path, "is not a mstx_marks spill file (no header line)")
             reader = _Reader(path, header)
+            if unusable is not None:
+                unusable += reader.unusable
             if sink is not None:
                 reader.sink = sink
             batch: list[bytes] = []

@@ -55,7 +55,7 @@ from mstx_marks.analysis import stream
 from mstx_marks.analysis.aggregate import ProcessPart, aggregate_trace
 from mstx_marks.analysis.mark_pairs import pair_marks
 from mstx_marks.analysis.readers import chrome_json
-from mstx_marks.analysis.readers.ascend_sql import aggregate_db, db_about, db_events
+from mstx_marks.analysis.readers.ascend_sql import aggregate_db, db_about, db_events, db_records
 from mstx_marks.analysis.readers.chrome_json import (
     NothingToRead,
     read_foreign_chrome,
@@ -68,9 +68,10 @@ from mstx_marks.analysis.stream import (
     aggregate_spill,
     read_held,
     read_spill_held,
+    spill_trace,
 )
 from mstx_marks.base.records import RankTrace, Record, TraceFileError
-from mstx_marks.export.ascend_db import read_ascend_db, text
+from mstx_marks.export.ascend_db import text
 from mstx_marks.export.chrome import (
     JsonTooLarge,
     RecordSink,
@@ -79,7 +80,7 @@ from mstx_marks.export.chrome import (
     read_chrome_doc,
 )
 from mstx_marks.export.files import is_temp_name, open_regular, sweep_temps
-from mstx_marks.export.spill import SPILL_SUFFIX, read_spill
+from mstx_marks.export.spill import SPILL_SUFFIX
 
 __all__ = [
     "NothingToRead",
@@ -224,7 +225,7 @@ def _db_traces(path: Path, sink: RecordSink) -> list[RankTrace]:
         bare = RankTrace(about.rank, [], source=path, role=about.role)
         return [with_steps(bare, about.steps, no_mstx=True)]
     trace = RankTrace(0, [])
-    found = read_ascend_db(path, sink=lambda rec: sink(trace, named_step(rec)))
+    found = db_records(path, lambda rec: sink(trace, named_step(rec)))
     found.records = trace.records
     return [with_steps(found, about.steps, rank=about.rank)]
 
@@ -281,13 +282,13 @@ def streams_of_file(
     path = Path(path)
     if path.name.endswith(SPILL_SUFFIX):
         agg = StreamAggregator(fold, steps)
-        return [(read_spill(path, sink=agg.add), agg)]
+        return [(spill_trace(path, agg.add), agg)]
     if path.suffix == ".db":
         about = db_about(path)
         agg = StreamAggregator(fold, steps)
         agg.add_file_steps(about.steps)
         add = lambda rec: agg.add(named_step(rec))  # noqa: E731
-        trace = read_ascend_db(path, sink=add) if about.has_events else RankTrace(0, [])
+        trace = db_records(path, add) if about.has_events else RankTrace(0, [])
         trace.rank, trace.role = about.rank, trace.role or about.role
         trace.steps = []  # (its steps, with their ids: given above)
         pairs = [(_clean(trace), agg)]

@@ -17,6 +17,15 @@ for its steps alone (``no_mstx``, which the summary notes). The rank is the file
 (``ascend_pytorch_profiler_<rank>.db``), else ``RANK_DEVICE_MAP``'s (msprof's
 ``msprof_<time>.db`` names a time, not a rank), else ``profiler_info_<rank>.json``'s, else 0.
 
+**Read only, and in bounded time** (:func:`open_db`). A capture is read where it lies, on a
+read-only share too, and nothing is written beside it: the file is opened read-only, and
+``immutable`` when it is in WAL mode (CANN's ``msprof_*.db``: a reader would otherwise make
+``-shm`` and ``-wal`` files beside it and write to the ``-shm``) or its folder cannot be
+written. Only tables are read (a view or a trigger is another program's, and a recursive view
+never ends), and no query may run past :func:`query_seconds` (a progress handler stops it): the
+error names the file. The names of marks to pair and of steps, which may be hundreds of
+thousands, go into a temporary table to join on, never into one query's variables.
+
 >>> import tempfile, pathlib
 >>> from mstx_marks.base.records import RangeRecord, RankTrace
 >>> from mstx_marks.export import write_ascend_db
@@ -29,11 +38,15 @@ for its steps alone (``no_mstx``, which the summary notes). The rank is the file
 
 from __future__ import annotations
 
+import json
+import math
+import os
 import re
 import sqlite3
-from contextlib import closing
+import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, Iterable, Iterator, NamedTuple
 
 from mstx_marks.analysis.aggregate import ProcessPart, phase_agg
 from mstx_marks.analysis.mark_pairs import START_SUFFIX, STOP_SUFFIX, pair_marks
@@ -48,6 +61,7 @@ from mstx_marks.analysis.steps import (
     profiler_step,
     steps_from_ranges,
     steps_from_spans,
+    with_notes,
 )
 from mstx_marks.base.records import InstantRecord, RangeRecord, RankTrace, Record, TraceFileError
 from mstx_marks.export.ascend_db import (
@@ -60,8 +74,18 @@ from mstx_marks.export.ascend_db import (
     rank_of_db,
     text,
 )
+from mstx_marks.export.files import open_regular
 
-__all__ = ["DbAbout", "aggregate_db", "db_about", "db_events"]
+__all__ = [
+    "QUERY_SECONDS",
+    "DbAbout",
+    "aggregate_db",
+    "db_about",
+    "db_events",
+    "db_records",
+    "open_db",
+    "query_seconds",
+]
 
 _MARKS = f"({EVENT_MARKER}, {EVENT_INSTANT})"
 _KINDS = f"({EVENT_MARKER}, {EVENT_PUSH_POP}, {EVENT_RANGE}, {EVENT_INSTANT})"
@@ -78,11 +102,142 @@ def _query(db: sqlite3.Connection, sql: str, *params: Any) -> list[Any]:
     return db.execute(sql, params).fetchall()
 
 
-def db_events(path: Path) -> int:
-    """How many MSTX events the database at ``path`` holds (0 when it cannot be read: then
-    :func:`aggregate_db` names it and why); one ``COUNT``, whatever its size."""
+#: The least time one query of a database may take, in seconds; a larger file gets one more
+#: second per MB (:func:`query_seconds`). A query of our own runs at millions of rows a second;
+#: a query past this is stuck (a pathological file), and is stopped with an error naming it.
+QUERY_SECONDS = 60.0
+_BYTES_PER_SECOND = 1 << 20
+#: How many SQLite virtual-machine steps run between two looks at the clock.
+_CHECK_EVERY = 10_000
+
+
+def query_seconds(size: int) -> float:
+    """The most one query of a database of ``size`` bytes may take (see :data:`QUERY_SECONDS`).
+
+    >>> query_seconds(0), query_seconds(300 << 20)
+    (60.0, 360.0)
+    """
+    return QUERY_SECONDS + size / _BYTES_PER_SECOND
+
+
+class _Bounded(sqlite3.Connection):
+    """A connection whose every query is stopped past ``limit`` seconds (its rows read
+    included): a progress handler looks at the clock; ``expired`` says it stopped one."""
+
+    limit = math.inf
+    until = math.inf
+    expired = False
+    #: What the summary should say of how the file was read (each naming it).
+    notes: list[str]
+
+    def execute(self, sql: str, parameters: Any = (), /) -> sqlite3.Cursor:
+        self.until = time.monotonic() + self.limit
+        return super().execute(sql, parameters)
+
+    def executemany(self, sql: str, parameters: Any, /) -> sqlite3.Cursor:
+        self.until = time.monotonic() + self.limit
+        return super().executemany(sql, parameters)
+
+    def past_deadline(self) -> int:
+        if time.monotonic() > self.until:
+            self.expired = True
+            return 1  # (non-zero: SQLite stops the query, "interrupted")
+        return 0
+
+
+def _wal_mode(path: Path) -> bool:
+    """Whether the database file at ``path`` says it is in WAL mode (its header's read and
+    write versions, bytes 18 and 19, are 2)."""
     try:
-        with closing(sqlite3.connect(f"{Path(path).resolve().as_uri()}?mode=ro", uri=True)) as db:
+        with open_regular(path) as f:
+            head = f.read(20)
+    except (OSError, TraceFileError):
+        return False  # the connection names it
+    return len(head) == 20 and head.startswith(b"SQLite format 3\0") and 2 in head[18:20]
+
+
+def _uri(path: Path) -> tuple[str, bool]:
+    """The URI that opens ``path`` to read only; and whether it is ``immutable``: in WAL mode
+    (a reader would make and write ``-shm`` and ``-wal`` beside it) or in a folder that cannot
+    be written (even a reader may need to make them there)."""
+    immutable = _wal_mode(path) or not os.access(path.resolve().parent, os.W_OK)
+    return f"{path.resolve().as_uri()}?mode=ro" + ("&immutable=1" if immutable else ""), immutable
+
+
+@contextmanager
+def open_db(path: Path) -> Iterator[_Bounded]:
+    """The database at ``path``, opened to read it only and in bounded time (see the module's
+    docstring): nothing is written beside it, and a query past :func:`query_seconds` is an
+    error naming the file (:class:`TraceFileError`); other SQLite errors come as they are.
+
+    >>> import tempfile, pathlib, sqlite3, os
+    >>> folder = pathlib.Path(tempfile.mkdtemp())
+    >>> with sqlite3.connect(folder / "msprof_1.db") as c:
+    ...     _ = c.execute("PRAGMA journal_mode=WAL")
+    ...     _ = c.execute("CREATE TABLE t(x)")
+    >>> with open_db(folder / "msprof_1.db") as db:
+    ...     db.execute("SELECT COUNT(*) FROM t").fetchall()
+    [(0,)]
+    >>> sorted(os.listdir(folder))  # no -shm nor -wal left beside it
+    ['msprof_1.db']
+    """
+    path = Path(path)
+    uri, immutable = _uri(path)
+    try:
+        limit = query_seconds(os.stat(path).st_size)
+    except OSError:
+        limit = QUERY_SECONDS
+    db = sqlite3.connect(uri, uri=True, factory=_Bounded)
+    assert isinstance(db, _Bounded)
+    db.limit, db.notes = limit, []
+    db.set_progress_handler(db.past_deadline, _CHECK_EVERY)
+    if immutable:
+        db.notes += _unread_wal(path)
+    try:
+        yield db
+    except sqlite3.Error as e:
+        if db.expired:
+            why = f"took more than {limit:.0f} s in one query (a file SQLite cannot read in time)"
+            raise TraceFileError(path, f"{why}; not read") from e
+        raise
+    finally:
+        db.close()
+
+
+def _unread_wal(path: Path) -> list[str]:
+    """A note when a WAL file beside ``path``, which an immutable read leaves out, holds
+    pages (its writer is still running, or was killed before it checkpointed)."""
+    wal = path.with_name(path.name + "-wal")
+    try:
+        size = os.stat(wal).st_size
+    except OSError:
+        return []
+    if not size:
+        return []
+    return [
+        f"{path}: its write-ahead log {wal.name} holds {size} bytes that are not read (the"
+        " capture is read as its database holds it, without writing beside it: its writer"
+        " may still be running, or was killed before it checkpointed)"
+    ]
+
+
+def _id_table(db: sqlite3.Connection, name: str, ids: Iterable[Any]) -> str:
+    """A temporary table ``name`` of ``ids`` (as many as there are: a query of them stays
+    within SQLite's variables), for ``IN (SELECT id FROM ...)``; its qualified name."""
+    db.execute(f"CREATE TEMP TABLE IF NOT EXISTS {name}(id PRIMARY KEY) WITHOUT ROWID")
+    db.execute(f"DELETE FROM temp.{name}")
+    db.executemany(f"INSERT OR IGNORE INTO temp.{name} VALUES (?)", ((i,) for i in ids))
+    return f"temp.{name}"
+
+
+def db_events(path: Path) -> int:
+    """How many MSTX events the database at ``path`` holds (0 when it cannot be read, or has no
+    ``MSTX_EVENTS`` table: then :func:`aggregate_db` names it and why); one ``COUNT``,
+    whatever its size."""
+    try:
+        with open_db(Path(path)) as db:
+            if "MSTX_EVENTS" not in _tables(db):
+                return 0
             ((n,),) = _query(db, "SELECT COUNT(*) FROM MSTX_EVENTS")
             return int(n)
     except (sqlite3.Error, OSError, TypeError, ValueError):
@@ -100,12 +255,22 @@ class DbAbout(NamedTuple):
     role: str = ""
 
 
-def _connect(path: Path) -> closing[sqlite3.Connection]:
-    return closing(sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True))
+class _Tables(set[str]):
+    """The database's tables: never its views (another program's queries; a recursive one
+    never ends), which a query of a table's name would run; ``views`` names those."""
+
+    views: set[str]
 
 
-def _tables(db: sqlite3.Connection) -> set[str]:
-    return {r[0] for r in _query(db, "SELECT name FROM sqlite_master WHERE type='table'")}
+def _tables(db: sqlite3.Connection) -> _Tables:
+    tables = _Tables()
+    tables.views = set()
+    for name, kind in _query(db, "SELECT name, type FROM sqlite_master"):
+        if kind == "table":
+            tables.add(name)
+        elif kind == "view":
+            tables.views.add(name)
+    return tables
 
 
 def db_about(path: Path) -> DbAbout:
@@ -127,19 +292,28 @@ def db_about(path: Path) -> DbAbout:
     if not path.is_file():
         raise TraceFileError(path, "no such file")
     try:
-        with _connect(path) as db:
+        with open_db(path) as db:
             tables = _tables(db)
             has_events = _has_events(path, tables)
             rank, role = _rank(path, db, tables), db_role(db, tables)
             return DbAbout(has_events, _file_steps(db, tables), rank, role)
+    except TraceFileError:
+        raise
     except (TypeError, ValueError, OverflowError) as e:
         raise TraceFileError(path, f"has a malformed STEP_TIME row ({e})") from e
     except sqlite3.Error as e:
         raise TraceFileError(path, f"is not a readable profiler database ({e})") from e
 
 
-def _has_events(path: Path, tables: set[str]) -> bool:
+def _has_events(path: Path, tables: _Tables) -> bool:
     """Whether the database has ``MSTX_EVENTS``; raises when it is no profiler database."""
+    views = sorted({"MSTX_EVENTS", "STRING_IDS", "STEP_TIME"} & tables.views)
+    if views:
+        raise TraceFileError(
+            path,
+            f"has {' and '.join(views)} as a view, not a table (a query another program"
+            " wrote, which may never end); not read",
+        )
     if "STRING_IDS" not in tables:
         missing = " or ".join(sorted({"MSTX_EVENTS", "STRING_IDS"} - tables))
         raise TraceFileError(path, f"has no {missing} table")
@@ -177,6 +351,96 @@ def _rank(path: Path, db: sqlite3.Connection, tables: set[str]) -> int:
 
 _MSPROF = re.compile(r"msprof_.*\.db\Z")
 
+_EVENTS = """
+SELECT e.startNs, e.endNs, e.eventType, m.value, d.value, e.globalTid, {args}
+FROM MSTX_EVENTS e
+LEFT JOIN STRING_IDS m ON e.message = m.id
+LEFT JOIN STRING_IDS d ON e.domainId = d.id
+{join}
+WHERE e.eventType IN {kinds}
+ORDER BY e.startNs
+"""
+
+
+def db_records(path: Path, sink: Callable[[Record], object]) -> RankTrace:
+    """The MSTX events of the database at ``path``, each handed to ``sink`` as its row is read,
+    as :func:`~mstx_marks.export.read_ascend_db` reads them (push/pop and host-only ranges are
+    ranges, marks of both kinds instants; a BLOB name decoded), but opened as :func:`open_db`
+    opens it; the trace (with no records) has its steps, role, run, what was skipped, and a
+    note on anything of the file left unread.
+
+    >>> import tempfile, pathlib
+    >>> from mstx_marks.base.records import RangeRecord, RankTrace
+    >>> from mstx_marks.export import write_ascend_db
+    >>> db = pathlib.Path(tempfile.mkdtemp()) / "ascend_pytorch_profiler_2.db"
+    >>> _ = write_ascend_db(db, RankTrace(2, [RangeRecord("gen", "default", 100, 250, 1, 2)]))
+    >>> got = []
+    >>> t = db_records(db, got.append)
+    >>> t.rank, [(r.name, r.start_ns, r.end_ns) for r in got]
+    (2, [('gen', 100, 250)])
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise TraceFileError(path, "no such file")
+    try:
+        with open_db(path) as db:
+            tables = _tables(db)
+            missing = {"MSTX_EVENTS", "STRING_IDS"} - tables
+            if missing:
+                raise TraceFileError(path, f"has no {' or '.join(sorted(missing))} table")
+            args, join = "NULL", ""
+            if "MSTX_ARGS" in tables:
+                args, join = "a.args", "LEFT JOIN MSTX_ARGS a ON a.eventId = e.rangeId"
+            query = _EVENTS.format(args=args, join=join, kinds=_KINDS)
+            try:
+                skipped = _records(db.execute(query), sink)
+            except (TypeError, ValueError, OverflowError) as e:
+                raise TraceFileError(path, f"has a malformed MSTX_EVENTS row ({e})") from e
+            steps = [(s.start_ns, s.end_ns) for s in _file_steps(db, tables)]
+            trace = RankTrace(rank_of_db(path), [], steps, path, db_role(db, tables))
+            trace.skipped = skipped
+            found = with_notes(db_process(db, tables, trace), db.notes)
+    except TraceFileError:
+        raise
+    except (TypeError, ValueError, OverflowError) as e:
+        raise TraceFileError(path, f"has a malformed STEP_TIME row ({e})") from e
+    except sqlite3.Error as e:
+        raise TraceFileError(path, f"is not a readable profiler database ({e})") from e
+    return found
+
+
+def _records(rows: Iterable[Any], sink: Callable[[Record], object]) -> int:
+    """Hand the records of ``rows`` (:data:`_EVENTS`') to ``sink``; how many were skipped (a
+    range ending before it starts)."""
+    skipped = 0
+    for start, end, kind, name, domain, gtid, args_text in rows:
+        instant = kind in (EVENT_INSTANT, EVENT_MARKER)
+        if start is None or (not instant and end is None):
+            continue
+        args = _args(args_text)
+        gtid = int(gtid or 0)
+        name = text(name, "<unnamed>")
+        domain = text(domain or None, "default")
+        tid, pid = gtid & 0xFFFFFFFF, gtid >> 32
+        if instant:
+            sink(InstantRecord(name, domain, int(start), tid, pid, args))
+        elif int(end) >= int(start):
+            sink(RangeRecord(name, domain, int(start), int(end), tid, pid, False, args))
+        else:
+            skipped += 1
+    return skipped
+
+
+def _args(value: Any) -> dict[str, Any] | None:
+    """A row's ``MSTX_ARGS.args``: a JSON object, else none."""
+    if not isinstance(value, str):
+        return None
+    try:
+        args = json.loads(value)
+    except ValueError:
+        return None
+    return args if isinstance(args, dict) and args else None
+
 
 def aggregate_db(
     path: Path,
@@ -190,8 +454,10 @@ def aggregate_db(
     if not path.is_file():
         raise TraceFileError(path, "no such file")
     try:
-        with _connect(path) as db:
-            return _aggregate(db, path, fold, steps)
+        with open_db(path) as db:
+            part = _aggregate(db, path, fold, steps)
+            part.notes += db.notes
+            return part
     except TraceFileError:
         raise
     except (TypeError, ValueError, OverflowError) as e:
@@ -246,8 +512,7 @@ def _aggregate(
                 "SELECT e.startNs, e.message, e.globalTid, s.value FROM MSTX_EVENTS e"
                 " LEFT JOIN STRING_IDS s ON e.domainId = s.id"
                 f" WHERE e.eventType IN {_MARKS} AND e.startNs IS NOT NULL"
-                f" AND e.message IN ({','.join('?' * len(pairable))})",
-                *pairable,
+                f" AND e.message IN (SELECT id FROM {_id_table(db, 'pairable', pairable)})",
             )
         ]  # fmt: skip
         paired = [r for r in pair_marks(marks) if isinstance(r, RangeRecord)]
@@ -352,8 +617,8 @@ def _steps(
             for s, e, m in _query(
                 db,
                 f"SELECT startNs, endNs, message FROM MSTX_EVENTS WHERE {_VALID}"
-                f" AND eventType IN {_RANGE_KINDS} AND message IN ({','.join('?' * len(ids))})",
-                *ids,
+                f" AND eventType IN {_RANGE_KINDS}"
+                f" AND message IN (SELECT id FROM {_id_table(db, 'step_ids', ids)})",
             )
         ]
     rows += [(r.start_ns, r.end_ns, None) for r in paired if options.is_step(r.name, fold)]

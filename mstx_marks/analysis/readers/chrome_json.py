@@ -21,7 +21,9 @@
   ``ProfilerStep#N`` as above. The rank comes from ``profiler_info_<rank>.json`` beside
   ``ASCEND_PROFILER_OUTPUT``.
 - **Any other Chrome trace** (a plain ``trace.json``): every complete event (``X``) and
-  begin/end pair (``B``/``E``) is a range, every ``i``/``I`` event an instant.
+  begin/end pair (``B``/``E``) is a range, every ``i``/``I`` event an instant. A ``B`` never
+  ended (the tracer stopped inside it) has no duration: it is not counted, and a note on the
+  trace counts and names them (and ``E`` events that began nothing).
 
 Timestamps become integer nanoseconds; a string ``ts`` keeps every digit. A file whose events
 hold no range is :class:`NothingToRead` (a note, not an error).
@@ -54,7 +56,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any, Iterable, Iterator
 
-from mstx_marks.analysis.steps import PROFILER_STEP
+from mstx_marks.analysis.steps import PROFILER_STEP, FileTrace
 from mstx_marks.base.records import InstantRecord, RangeRecord, RankTrace, Record, TraceFileError
 from mstx_marks.export.chrome import RecordSink
 from mstx_marks.export.files import open_regular
@@ -179,16 +181,17 @@ def read_foreign_chrome(path: Path, doc: Any, sink: RecordSink | None = None) ->
     if isinstance(doc, dict):
         base = _int(doc.get("baseTimeNanoseconds")) or 0
     tx_pids, tx_tids = _tx_names(events) if kind == "torch_npu" else (set(), set())
-    trace = RankTrace(_rank(path, doc), [], [], path)
+    trace = FileTrace(_rank(path, doc), [], [], path)
     add = sink or _keep
     begun: dict[tuple[int, int], list[tuple[str, str, int]]] = {}
+    strays = [0]  # E events with no B open on their thread
     skipped = 0
     ranges = False
     # torch_npu writes each ProfilerStep#N twice: its CPU op and its own MSTX range.
     steps_seen: set[Any] | None = set() if kind == "torch_npu" else None
     for ev in events:
         try:
-            rec = _foreign_record(ev, kind, base, (tx_pids, tx_tids), begun)
+            rec = _foreign_record(ev, kind, base, (tx_pids, tx_tids), begun, strays)
         except (KeyError, TypeError, ValueError, OverflowError):
             skipped += 1  # one bad event (NaN, a string time, past int64): the rest is read
             continue
@@ -199,16 +202,58 @@ def read_foreign_chrome(path: Path, doc: Any, sink: RecordSink | None = None) ->
                 steps_seen.add(rec.args["step"])
             ranges = ranges or isinstance(rec, RangeRecord)
             add(trace, rec)
+    unended = _unended_note(begun, strays[0])
     if not ranges:
         what = {
             "kineto": "no user_annotation ranges (record_function)",
             "torch_npu": "no MSTX (MsTx) or user_annotation ranges",
             "chrome": "no complete (X) or begin/end (B/E) events",
         }[kind]
+        if unended:
+            what = f"no complete (X) or begin/end (B/E) range: {unended}"
         raise NothingToRead(path, f"is a {_KIND_NAMES[kind]} with {what}; nothing to summarise")
     trace.records.sort(key=lambda r: r.start_ns)
     trace.skipped = skipped
+    if unended:
+        trace.notes.append(f"{path}: {unended}")
     return [trace]
+
+
+def _unended_note(begun: dict[tuple[int, int], list[tuple[str, str, int]]], strays: int) -> str:
+    """What a note says of the ``B`` events left in ``begun`` (never ended) and of ``strays``
+    ``E`` events that ended nothing; ``""`` when there are none.
+
+    >>> print(_unended_note({(1, 2): [("fwd", "d", 0), ("fwd", "d", 5)], (1, 3): []}, 1))
+    ... # doctest: +ELLIPSIS
+    2 ranges begun (B) never ended (no E): ...: fwd (2); 1 end (E) with no begin (B) on its thread
+    """
+    names: dict[str, int] = {}
+    for stack in begun.values():
+        for name, _, _ in stack:
+            names[name] = names.get(name, 0) + 1
+    parts = []
+    if names:
+        n = sum(names.values())
+        common = sorted(names.items(), key=lambda kv: (-kv[1], kv[0]))
+        shown = ", ".join(f"{_short(name)} ({k})" for name, k in common[:_NAMES_SHOWN])
+        if len(common) > _NAMES_SHOWN:
+            shown += f", and {len(common) - _NAMES_SHOWN} more names"
+        parts.append(
+            f"{n} range{'s' if n != 1 else ''} begun (B) never ended (no E): not counted, as"
+            f" they have no duration: {shown}"
+        )
+    if strays:
+        ends = "end (E)" if strays == 1 else "ends (E)"
+        parts.append(f"{strays} {ends} with no begin (B) on its thread")
+    return "; ".join(parts)
+
+
+#: How many names of never-ended ranges a note shows (the most frequent).
+_NAMES_SHOWN = 5
+
+
+def _short(name: str, width: int = 60) -> str:
+    return name if len(name) <= width else name[: width - 3] + "..."
 
 
 def _keep(trace: RankTrace, rec: Record) -> None:
@@ -221,8 +266,10 @@ def _foreign_record(
     base: int,
     tx: tuple[set[int], set[tuple[int, int]]],
     begun: dict[tuple[int, int], list[tuple[str, str, int]]],
+    strays: list[int],
 ) -> Record | None:
-    """The record ``ev`` makes (None: none, or a ``B`` kept in ``begun`` for its ``E``)."""
+    """The record ``ev`` makes (None: none, or a ``B`` kept in ``begun`` for its ``E``; an
+    ``E`` with none open is counted in ``strays``)."""
     if not isinstance(ev, dict):
         return None
     ph = ev.get("ph")
@@ -269,6 +316,7 @@ def _foreign_record(
     if ph == "E":
         stack = begun.get((pid, tid))
         if not stack:
+            strays[0] += 1
             return None
         b_name, b_domain, b_start = stack.pop()
         if start < b_start:
