@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from support.fake_mstx_c import FakeTorchNpu, capture_output
 from support.real_torch_npu import FLAVOURS, install
 
+import mstx_marks
 from mstx_marks import configure, mark
 from mstx_marks.backends.mstx import MstxBackend
 from mstx_marks.backends.reopen import WAITING, Waiting
@@ -242,3 +243,24 @@ def test_every_range_started_again_ends_exactly_once(ops: list[str]) -> None:
         waiting.release(token)
     assert sorted(ended) == sorted(set(ended)) == given_out
     assert waiting.waiting() == 0
+
+
+def test_beside_the_recorder_the_npu_capture_still_holds_the_stage(
+    npu_profiler: tuple[FakeTorchNpu, type],
+) -> None:
+    """MSTX_MARKS_OUT on an NPU host: the tee records every range and the device part of a
+    range begun before the profiler is still started inside it."""
+    _, profile = npu_profiler
+    configure(record=True)
+    with mark("update_actor"):
+        prof = profile()
+        prof.start()
+        with mark("micro_batch"):
+            pass
+        prof.stop()
+    (col,) = prof.sessions
+    assert col.messages() == ["update_actor", "micro_batch"]
+    col.assert_clean()
+    recorded = [r.name for r in mstx_marks.default_recorder().records()]
+    assert recorded == ["update_actor", "micro_batch"]  # each once in the recorder
+    assert WAITING.waiting() == 0

@@ -67,6 +67,10 @@ class Backend:
     #: Whether ranges given to this backend go anywhere (False only for the no-op backend): the
     #: core closes every gate rather than call a backend that does nothing.
     emits: bool = True
+    #: Whether a range this backend did not record (its start gave a falsy handle: no collector
+    #: listening) may be recorded if started again later, once a profiler starts: the core then
+    #: holds it (:mod:`mstx_marks.backends.reopen`). True for mstx and torch.
+    reopens: bool = False
 
     def emitter(self, stream: object) -> Emitter:
         """Build the calls for ``stream``: ``None`` (host only), ``"current"``, or a stream object.

@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from mstx_marks.backends.base import Backend, BackendUnavailable, Emitter
-from mstx_marks.backends.reopen import held, watch_profilers
+from mstx_marks.backends.reopen import watch_profilers
 from mstx_marks.base.diagnostics import warn
 
 __all__ = ["MstxBackend", "WrapperFailed"]
@@ -50,6 +50,7 @@ class MstxBackend(Backend):
     """MSTX ranges for the Ascend profiler, msprof and MSPTI."""
 
     name = "mstx"
+    reopens = True
 
     def __init__(self, wrapper_only: bool = False) -> None:
         """``wrapper_only``: always go through torch_npu's public wrapper, never the C entry
@@ -114,7 +115,7 @@ class MstxBackend(Backend):
         c, api = self._c, self._api
         if c is not None:
             if source is None:
-                return Emitter(self, *held(c._range_start_on_host, c._range_end), c._mark_on_host)
+                return Emitter(self, c._range_start_on_host, c._range_end, c._mark_on_host)
 
             def start(name: str, domain: str) -> Any:
                 s = source()
@@ -124,14 +125,13 @@ class MstxBackend(Backend):
                 s = source()
                 c._mark(name, s.stream_id, s.device_index, s.device_type, domain)
 
-            return Emitter(self, *held(start, c._range_end), mark)
+            return Emitter(self, start, c._range_end, mark)
 
         get = source or (lambda: None)
         # The public wrapper returns None when it swallowed an error; its 0 is "not recorded".
         return Emitter(
             self,
-            *held(
-                lambda name, domain: _checked(api.range_start(name, get(), domain)), api.range_end
-            ),
+            lambda name, domain: _checked(api.range_start(name, get(), domain)),
+            api.range_end,
             lambda name, domain: api.mark(name, get(), domain),
         )

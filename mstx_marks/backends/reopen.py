@@ -8,13 +8,16 @@ per-stage profiler inside the decorated stage (``actor_hybrid_worker.py``), verl
 and our recipes inside ``update_actor`` or ``compute_log_prob``. Without help the capture then
 lacks the very phase it was started for.
 
-So a backend whose start says "not recorded" hands the hot path a token instead (a negative
-int: real MSTX ids are positive), and :data:`WAITING` keeps the range's name, domain and the
-backend's own start and end. When a profiler starts, or steps into a recording window, every
-range still waiting is started again (:meth:`Waiting.reopen`): same name, same domain, now
-inside the capture; it ends when its original ends. One that the profiler still does not record
-stays waiting for the next step. A range re-started from the profiler's thread carries that
-thread's id in the capture, which is the one difference from a range started there.
+So when a backend that can be listened to later (``Backend.reopens``: mstx, torch) says "not
+recorded", the hot path holds the range in :data:`WAITING` instead (its name, domain, and the
+backend's own start and end) and keeps the :class:`Token` it gets, which it releases at the
+range's end. A range that was recorded costs nothing more: the hot path calls the backend's own
+functions, and only tests its handle against :class:`Token` at the end. When a profiler starts,
+or steps into a recording window, every range still waiting is started again
+(:meth:`Waiting.reopen`): same name, same domain, now inside the capture; it ends when its
+original ends. One that the profiler still does not record stays waiting for the next step. A
+range re-started from the profiler's thread carries that thread's id in the capture, which is
+the one difference from a range started there.
 
 The hooks sit on ``torch.profiler.profile`` and ``torch_npu.profiler.profile`` (and their
 ``_KinetoProfile``): after ``start`` and each ``step`` the waiting ranges are started again;
@@ -28,8 +31,8 @@ imported (:func:`watch_profilers`).
 >>> def start(name, domain):
 ...     return 7 if listening else 0
 >>> token = w.hold("update_actor", "default", start, lambda h, d: print("end", h, d))
->>> token < 0, w.waiting()
-(True, 1)
+>>> type(token).__name__, w.waiting()
+('Token', 1)
 >>> listening.append(True); w.reopen()  # a profiler starts
 1
 >>> w.release(token)
@@ -46,7 +49,7 @@ from mstx_marks.backends.base import EndFn, StartFn
 from mstx_marks.base.diagnostics import warn_once
 from mstx_marks.base.import_hooks import when_imported
 
-__all__ = ["MAX_WAITING", "WAITING", "Waiting", "held", "watch_profilers"]
+__all__ = ["MAX_WAITING", "WAITING", "Token", "Waiting", "watch_profilers"]
 
 #: Ranges kept waiting at most; past it the oldest are forgotten (a range never ended, such as a
 #: ``Mark.start()`` whose ``end()`` never came, must not grow the process without bound).
@@ -54,6 +57,13 @@ MAX_WAITING = 65_536
 
 #: name, domain, start, end, and the handles it was started again under (0 or 1 of them).
 _Entry = tuple[str, str, StartFn, EndFn, list[Any]]
+
+
+class Token:
+    """What the hot path holds for a range no collector recorded when it started: truthy, so
+    its end is made, and of its own class, so that end goes to :meth:`Waiting.release`."""
+
+    __slots__ = ("__weakref__",)
 
 
 class Waiting:
@@ -65,19 +75,18 @@ class Waiting:
     """
 
     def __init__(self) -> None:
-        self._open: dict[int, _Entry] = {}
-        self._tokens = itertools.count(-1, -1)
+        self._open: dict[Token, _Entry] = {}
 
-    def hold(self, name: str, domain: str, start: StartFn, end: EndFn) -> int:
+    def hold(self, name: str, domain: str, start: StartFn, end: EndFn) -> Token:
         """Keep a range that was not recorded; the token is what the hot path ends."""
-        token = next(self._tokens)
+        token = Token()
         self._open[token] = (name, domain, start, end, [])
         if len(self._open) > MAX_WAITING:
             for old in list(itertools.islice(self._open, MAX_WAITING // 4)):
                 self._open.pop(old, None)
         return token
 
-    def release(self, token: int) -> None:
+    def release(self, token: Token) -> None:
         """The range ``token`` ended: end what it was started again under, if anything."""
         entry = self._open.pop(token, None)
         if entry is not None:
@@ -137,24 +146,6 @@ def _end_taken(entry: _Entry) -> None:
 
 #: The process's waiting ranges, for every backend.
 WAITING = Waiting()
-
-
-def held(start: StartFn, end: EndFn) -> tuple[StartFn, EndFn]:
-    """``start`` and ``end`` for the hot path, such that a range ``start`` did not record waits
-    in :data:`WAITING` for a profiler (``start`` must give a falsy handle for "not recorded"
-    and a truthy one that is no negative int otherwise)."""
-    hold, release = WAITING.hold, WAITING.release
-
-    def held_start(name: str, domain: str) -> Any:
-        return start(name, domain) or hold(name, domain, start, end)
-
-    def held_end(handle: Any, domain: str) -> None:
-        if handle.__class__ is int and handle < 0:
-            release(handle)
-        else:
-            end(handle, domain)
-
-    return held_start, held_end
 
 
 def _closing(profiler: Any, attr: str) -> bool:

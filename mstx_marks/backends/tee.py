@@ -24,8 +24,11 @@ from typing import Any, Callable
 from mstx_marks.backends.base import Backend, Emitter, FaultReport
 from mstx_marks.backends.noop import NoopBackend
 from mstx_marks.backends.record import Recorder, default_recorder
+from mstx_marks.backends.reopen import WAITING, Token
 
 __all__ = ["Tee", "tee_with_recorder"]
+
+release = WAITING.release
 
 
 def _ignore_fault(call: Callable[..., object], exc: BaseException) -> object:
@@ -84,20 +87,29 @@ class Tee(Backend):
         dev_start, dev_end, dev_instant = dev.start, dev.end, dev.instant
         rec_start, rec_end, rec_instant = rec.start, rec.end, rec.instant
         report = self.report
+        # The device's range that no collector recorded waits for a profiler (reopen.py), as it
+        # would without the tee; the recorder's never needs to.
+        hold = WAITING.hold if self.device.reopens else None
 
         def start(name: str, domain: str) -> tuple[Any, int]:
             handle = rec_start(name, domain)
             try:
-                return dev_start(name, domain), handle
+                dev = dev_start(name, domain)
             except Exception as exc:
                 report(start, exc)
                 return 0, handle
+            if not dev and hold is not None:
+                dev = hold(name, domain, dev_start, dev_end)
+            return dev, handle
 
         def end(handle: tuple[Any, int], domain: str) -> None:
             rec_end(handle[1], domain)
-            if handle[0]:
+            dev = handle[0]
+            if dev.__class__ is Token:
+                release(dev)
+            elif dev:
                 try:
-                    dev_end(handle[0], domain)
+                    dev_end(dev, domain)
                 except Exception as exc:
                     report(end, exc)
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from mstx_marks.backends.base import Backend, BackendUnavailable, Emitter
-from mstx_marks.backends.reopen import held, watch_profilers
+from mstx_marks.backends.reopen import watch_profilers
 
 __all__ = ["TorchBackend"]
 
@@ -24,6 +24,7 @@ class TorchBackend(Backend):
     """``record_function`` ranges for ``torch.profiler.profile``."""
 
     name = "torch"
+    reopens = True  # a range begun while no profiler ran waits to be started inside one
 
     def __init__(self) -> None:
         try:
@@ -52,5 +53,4 @@ class TorchBackend(Backend):
             if enabled():
                 leave_range((enter(name, domain),), domain)
 
-        # A range begun while no profiler ran waits to be started inside one (reopen.py).
-        return Emitter(self, *held(record, leave_range), mark)
+        return Emitter(self, record, leave_range, mark)

@@ -17,29 +17,39 @@ from collections.abc import AsyncGenerator, Generator, Mapping
 from typing import Any, Callable, TypeVar, Union
 
 from mstx_marks.backends.base import EndFn
-from mstx_marks.core.routing import Gate, attach, fault, resolve
+from mstx_marks.backends.reopen import WAITING, Token
+from mstx_marks.core.routing import Gate, HoldFn, attach, fault, resolve
 from mstx_marks.core.sampling import Decisions, Policy
 
 __all__ = ["ArgsGate", "begin", "finish", "rewrap", "target_name", "wrap_function"]
 
 F = TypeVar("F", bound=Callable[..., Any])
+release = WAITING.release
 
 
 def begin(
     decide: Decisions | None, gate: Gate | ArgsGate, name: str, domain: str
 ) -> tuple[Any, Any]:
-    """Start a range: returns the ``end`` call to make and the handle to give it."""
+    """Start a range: returns the ``end`` call to make and the handle to give it. A range the
+    backend did not record is held for a profiler that may start before it ends (a
+    :class:`~mstx_marks.backends.reopen.Token` is the handle then)."""
     if (decide is not None and not next(decide)) or (start := gate.start) is None:
         return None, 0
     end = gate.end
     try:
-        return end, start(name, domain)
+        handle = start(name, domain)
     except Exception as exc:
         return end, fault(start, exc)
+    if not handle and (hold := gate.hold) is not None:
+        handle = hold(name, domain, start, end)
+    return end, handle
 
 
 def finish(end: EndFn, handle: Any, domain: str) -> None:
     if handle:
+        if handle.__class__ is Token:  # held, never recorded: what it was started again under
+            release(handle)
+            return
         try:
             end(handle, domain)
         except Exception as exc:
@@ -90,14 +100,20 @@ def _plain(func: Callable[..., Any], name: str, domain: str, gate: _Gate) -> Cal
             handle = start(name, domain)
         except Exception as exc:
             handle = fault(start, exc)
+        else:
+            if not handle and (hold := gate.hold) is not None:
+                handle = hold(name, domain, start, end)
         try:
             return func(*args, **kwargs)
         finally:
             if handle:
-                try:
-                    end(handle, domain)
-                except Exception as exc:
-                    fault(end, exc)
+                if handle.__class__ is Token:
+                    release(handle)
+                else:
+                    try:
+                        end(handle, domain)
+                    except Exception as exc:
+                        fault(end, exc)
 
     return wrapper
 
@@ -200,6 +216,10 @@ class ArgsGate:
     @property
     def end(self) -> EndFn:
         return self._gate.end
+
+    @property
+    def hold(self) -> HoldFn | None:
+        return self._gate.hold
 
     @property
     def start(self) -> Callable[[str, str], Any] | None:

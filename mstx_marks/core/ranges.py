@@ -25,6 +25,7 @@ from types import FrameType
 from typing import Any, Callable, Tuple, TypeVar, Union, overload
 
 from mstx_marks.backends.base import EndFn
+from mstx_marks.backends.reopen import WAITING, Token
 from mstx_marks.base import env
 from mstx_marks.base.forking import new_lock
 from mstx_marks.base.names import SAFE_CHARS, check_name, fit_name
@@ -37,6 +38,7 @@ __all__ = ["Mark", "Range", "Timed", "instant", "mark", "mstx_range"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 Name = Union[str, Phase]
+release = WAITING.release
 
 # Reentrant: a signal handler entering a shared Mark may interrupt its own thread holding it.
 _overflow_lock = new_lock(reentrant=True)
@@ -133,6 +135,7 @@ class Mark:
             self._decide = sample.decisions()
 
     def __enter__(self) -> Mark:
+        handle: Any  # a backend's: 0 or None is "not recorded", else what its end takes
         start = self._gate.start
         decide = self._decide
         if start is None:
@@ -152,6 +155,9 @@ class Mark:
                 handle = start(self.name, self.domain)
             except Exception as exc:
                 handle = fault(start, exc)
+            else:
+                if not handle and (hold := self._gate.hold) is not None:
+                    handle = hold(self.name, self.domain, start, end)
         # The first entry keeps its range in a slot, with the frame that entered it; claiming the
         # slot is a check and stores with no call between them, which the GIL does not split
         # (the frame is read first: a thread may switch right after any call returns).
@@ -238,6 +244,9 @@ class Mark:
             self._rid = self._frame = None
             end = self._end if handle else None
         if handle:
+            if handle.__class__ is Token:  # held, never recorded (backends/reopen.py)
+                release(handle)
+                return
             try:
                 end(handle, self.domain)
             except Exception as exc:

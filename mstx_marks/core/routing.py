@@ -23,6 +23,7 @@ from typing import Any, Callable, Union
 
 from mstx_marks import backends
 from mstx_marks.backends.base import Backend, Emitter, EndFn, InstantFn, StartFn
+from mstx_marks.backends.reopen import WAITING, Token
 from mstx_marks.base import env
 from mstx_marks.base.diagnostics import warn, warn_once
 from mstx_marks.base.forking import new_lock
@@ -36,6 +37,8 @@ __all__ = ["configure", "current_backend", "is_active", "recording"]
 #: What ``stream=`` takes: None (host only), "current", or a stream object.
 Stream = object
 BackendSpec = Union[str, Backend]
+#: ``hold(name, domain, start, end)``: keep a range the backend did not record (``reopen.py``).
+HoldFn = Callable[[str, str, StartFn, EndFn], Token]
 
 _lock = new_lock(reentrant=True)
 
@@ -45,13 +48,16 @@ def _noop_end(handle: Any, domain: str) -> None:
 
 
 class Gate:
-    """The switch one range site reads: the three backend calls, or None while inactive."""
+    """The switch one range site reads: the three backend calls, or None while inactive; and
+    ``hold``, what keeps a range the backend did not record for a profiler that may start
+    before it ends (None for backends that are never listened to later)."""
 
-    __slots__ = ("domain", "end", "instant", "start", "stream")
+    __slots__ = ("domain", "end", "hold", "instant", "start", "stream")
 
     start: StartFn | None
     end: EndFn  # only called with a handle that start returned, so never needs to be None
     instant: InstantFn | None
+    hold: HoldFn | None
 
     def __init__(self, domain: str, stream: Stream) -> None:
         self.domain = domain
@@ -64,10 +70,11 @@ class Gate:
             self.close()
         else:
             self.start, self.end, self.instant = em.start, em.end, em.instant
+            self.hold = WAITING.hold if em.backend.reopens else None
 
     def close(self) -> None:
         """Switch this gate off: new ranges cost one attribute read; open ones still end."""
-        self.start = self.instant = None
+        self.start = self.instant = self.hold = None
         self.end = _noop_end
 
     # Ray and multiprocessing pickle decorated functions by value: a gate travels as its key and
@@ -213,7 +220,18 @@ def _first_use(g: Gate) -> Emitter | None:
             except Exception as exc:
                 fault(real_instant, exc)
 
-    return Emitter(_settings.backend, start, end, instant)
+    return Emitter(_UNRESOLVED, start, end, instant)
+
+
+class _Unresolved(Backend):
+    """Whose calls a gate holds before the settings are resolved: the stand-in's start may say
+    "not recorded" for a backend that is listened to later (mstx), so its ranges are held."""
+
+    name = "unresolved"
+    reopens = True
+
+
+_UNRESOLVED = _Unresolved()
 
 
 # --- reading and applying settings -------------------------------------------------------------
