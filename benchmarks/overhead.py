@@ -26,6 +26,7 @@ import tempfile
 import time
 import timeit
 import tracemalloc
+import types
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Union
@@ -138,8 +139,6 @@ def build_rows(stack: ExitStack, number: int) -> tuple[dict[str, Row], dict[str,
     """Rows as name -> (statement, reference row); and the namespace the statements run in."""
     npu_mstx = _real_torch_npu(stack)
     if npu_mstx is None:  # still measure our side over a bare stand-in module tree
-        import types
-
         fake = types.ModuleType("torch_npu")
         fake._C = types.SimpleNamespace(
             _mstx=types.SimpleNamespace(**dict.fromkeys(C_NAMES, STAND_IN))
@@ -149,6 +148,12 @@ def build_rows(stack: ExitStack, number: int) -> tuple[dict[str, Row], dict[str,
     from mstx_marks.backends.mstx import MstxBackend
 
     wrapper_path = MstxBackend(wrapper_only=True)  # what the backend falls back to
+    # No collector listening: the C start says "not recorded" (0), and the range is held for a
+    # profiler that may start before it ends (backends/reopen.py): what that costs.
+    no_collector = MstxBackend()
+    no_collector._c = no_collector._c_found = types.SimpleNamespace(
+        **{**dict.fromkeys(C_NAMES, STAND_IN), "_range_start_on_host": operator.is_}
+    )
     configure(backend="mstx", exclude=["filtered"])
     phase = Phase("update_actor")
     ns: dict[str, Any] = {
@@ -165,6 +170,7 @@ def build_rows(stack: ExitStack, number: int) -> tuple[dict[str, Row], dict[str,
         "configure": configure,
         "fast_path": current_backend(),
         "wrapper_path": wrapper_path,
+        "no_collector": no_collector,
         "recorder": Recorder(capacity=number + 1),
     }
     rows: dict[str, Row] = {
@@ -183,6 +189,11 @@ def build_rows(stack: ExitStack, number: int) -> tuple[dict[str, Row], dict[str,
             "configure(enabled=True, backend=wrapper_path)",
         ),
         "@mstx_range on, record": ("dec_on()", "@mstx_range on", RECORD),
+        "@mstx_range on, no collector": (
+            "dec_on()",
+            "@mstx_range on",
+            "configure(enabled=True, backend=no_collector)",
+        ),
         "with mark('x') on": ("with mark('x'): pass", "floor: __slots__ CM per use"),
         "with mark(PHASE) on": ("with mark(PHASE): pass", "floor: __slots__ CM per use"),
         "with mark('x') disabled": ("with mark('x'): pass", "floor: __slots__ CM per use", OFF),

@@ -80,16 +80,17 @@ class Waiting:
     def hold(self, name: str, domain: str, start: StartFn, end: EndFn) -> Token:
         """Keep a range that was not recorded; the token is what the hot path ends."""
         token = Token()
-        self._open[token] = (name, domain, start, end, [])
-        if len(self._open) > MAX_WAITING:
-            for old in list(itertools.islice(self._open, MAX_WAITING // 4)):
-                self._open.pop(old, None)
+        waiting = self._open
+        waiting[token] = (name, domain, start, end, [])
+        if len(waiting) > MAX_WAITING:
+            for old in list(itertools.islice(waiting, MAX_WAITING // 4)):
+                waiting.pop(old, None)
         return token
 
     def release(self, token: Token) -> None:
         """The range ``token`` ended: end what it was started again under, if anything."""
         entry = self._open.pop(token, None)
-        if entry is not None:
+        if entry is not None and entry[4]:  # started again (rare): a raise-free check first
             _end_taken(entry)
 
     def waiting(self) -> int:
