@@ -44,7 +44,14 @@ from typing import Any, Callable, Iterable, Sequence
 
 from mstx_marks.analysis.mark_pairs import pair_marks
 from mstx_marks.analysis.quantiles import RELATIVE_ERROR, QuantileSketch, percentile
-from mstx_marks.analysis.stages import is_automatic, merged_note, nested_repeats, range_name
+from mstx_marks.analysis.stages import (
+    is_automatic,
+    merged_note,
+    nested_repeats,
+    range_name,
+    unmarked_method,
+    unmarked_note,
+)
 from mstx_marks.analysis.steps import (
     FileTrace,
     Step,
@@ -246,6 +253,9 @@ class ProcessPart:
     no_mstx: bool = False
     #: What its file's reader could not use, each naming the file (the summary's notes).
     notes: list[str] = field(default_factory=list)
+    #: The hot-path methods its process ran unmarked (``<module>:<Class>.<method>``, sorted):
+    #: see :func:`~mstx_marks.analysis.stages.unmarked_method`.
+    unmarked: list[str] = field(default_factory=list)
 
     @property
     def member(self) -> Member:
@@ -289,8 +299,12 @@ def aggregate_trace(
     first: dict[str, int] = {}
     lo = hi = None
     backwards = 0
+    unmarked: set[str] = set()
     for r in records:
         if not isinstance(r, RangeRecord):
+            method = unmarked_method(r.name, r.domain)
+            if method is not None:
+                unmarked.add(method)
             continue
         if r.end_ns < r.start_ns:  # ends before it starts: no duration to count
             backwards += 1
@@ -337,6 +351,7 @@ def aggregate_trace(
             merged_ns=dict(merged_ns),
             no_mstx=isinstance(trace, FileTrace) and trace.no_mstx,
             notes=list(file_notes(trace)),
+            unmarked=sorted(unmarked),
         )
         .set_steps(find_steps(paired, steps, fold))
         .set_breakdown(nested, step_windows(paired, steps, fold))
@@ -495,7 +510,7 @@ def combine(parts: Iterable[ProcessPart]) -> Summary:
     """The summary of one part per member (role and rank): per role, its phases in order of
     first start, each across that role's ranks and on each of them; its notes say what the
     files' readers could not use, which ranges were counted once with the range around them,
-    and which members' files recorded no MSTX range."""
+    which hot-path methods ran unmarked, and which members' files recorded no MSTX range."""
     by_member = {p.member: p for p in sorted(parts, key=lambda p: p.member)}
     step_time = {m: p.step_time_ns for m, p in by_member.items()}
     known = {m: p for m, p in by_member.items() if not p.streamed}  # breakdown known
@@ -525,6 +540,9 @@ def _notes(by_member: dict[Member, ProcessPart]) -> list[str]:
         merged_ns.update(p.merged_ns)
     if merged:
         notes.append(merged_note(dict(merged), dict(merged_ns)))
+    unmarked = {m.label: p.unmarked for m, p in by_member.items() if p.unmarked}
+    if unmarked:
+        notes.append(unmarked_note(unmarked))
     bare = [f"{m.label} ({p.source})" for m, p in by_member.items() if p.no_mstx]
     if bare:
         notes.append(

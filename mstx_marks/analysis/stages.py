@@ -1,5 +1,6 @@
 """What a range is to the summary: one of the user's stages, a step, or an annotation the
-frameworks make by themselves; and a stage marked twice, counted once.
+frameworks make by themselves; and a stage marked twice, counted once. And the instants that say
+a hot-path class ran unmarked.
 
 **Automatic annotations.** PyTorch marks some of its own work with ``record_function``, and
 Kineto writes those as ``user_annotation`` events beside the user's: DDP's
@@ -29,6 +30,13 @@ through the registry, whereas any other name nested in itself is taken as the us
 (a recursive ``record_function``, an operator string msprof's database names twice), every
 range counted. Steps and automatic annotations are not stages.
 
+**A class that ran unmarked.** When a process builds the object a framework runs its hot path
+on (vLLM's worker, SGLang's model runner, verl's worker) and no preset wraps that object's
+method, it records an instant ``uncovered <module>:<Class>.<method>`` in domain ``mstx_marks``
+(:mod:`mstx_marks.capture.presets.built`). It is a finding, not a phase nor one of the user's
+instants: :func:`unmarked_method` tells it; the summary lists it in a note, and ``mstx-marks
+coverage`` fails on it (:mod:`mstx_marks.analysis.coverage`).
+
 >>> is_automatic("nccl:all_reduce"), is_automatic("Optimizer.step#AdamW.step")
 (True, True)
 >>> is_automatic("## forward ##"), is_automatic("compute_log_prob")
@@ -52,16 +60,26 @@ from mstx_marks.base import phases
 
 __all__ = [
     "COMMUNICATION_DOMAIN",
+    "UNCOVERED_DOMAIN",
+    "UNCOVERED_PREFIX",
     "NestFrontier",
     "is_automatic",
     "is_stage",
     "merged_note",
+    "method_name",
     "nested_repeats",
     "range_name",
+    "unmarked_method",
+    "unmarked_note",
 ]
 
 #: The MSTX domain torch_npu marks HCCL's collectives in (``DOMAIN_COMMUNICATION``).
 COMMUNICATION_DOMAIN = "communication"
+
+#: The domain and the name's start of the instant a process records for a hot-path method no
+#: preset wraps (:mod:`mstx_marks.capture.presets.built` writes them).
+UNCOVERED_DOMAIN = "mstx_marks"
+UNCOVERED_PREFIX = "uncovered "
 
 _AUTOMATIC = re.compile(
     r"(?:nccl|gloo|mpi|ucc|xccl|hccl|lccl|mccl|fake):\S"  # c10d's collectives
@@ -136,6 +154,45 @@ class _Stages:
 
 
 _REMEMBERED = 4096
+
+
+def unmarked_method(name: str, domain: str) -> str | None:
+    """``<module>:<Class>.<method>`` when an instant called ``name`` in ``domain`` says that
+    method ran unmarked (see the module's docstring), else None.
+
+    >>> unmarked_method("uncovered vllm_ascend.worker:NPUWorker.execute_model", "mstx_marks")
+    'vllm_ascend.worker:NPUWorker.execute_model'
+    >>> unmarked_method("uncovered x:A.f", "default"), unmarked_method("tick", "mstx_marks")
+    (None, None)
+    """
+    if domain != UNCOVERED_DOMAIN or not name.startswith(UNCOVERED_PREFIX):
+        return None
+    return name[len(UNCOVERED_PREFIX) :].strip() or None
+
+
+def method_name(label: str) -> str:
+    """``<Class>.<method>`` of a ``<module>:<Class>.<method>`` label.
+
+    >>> method_name("vllm_ascend.worker:NPUWorker.execute_model")
+    'NPUWorker.execute_model'
+    """
+    return label.rpartition(":")[2]
+
+
+def unmarked_note(unmarked: dict[str, list[str]]) -> str:
+    """The summary's note on the hot-path methods that ran unmarked, per process (its label:
+    the ``<module>:<Class>.<method>`` labels).
+
+    >>> print(unmarked_note({"WorkerDict rank 0": ["vllm.w:Worker.execute_model"]}))
+    ... # doctest: +ELLIPSIS
+    1 hot-path method ran unmarked ...: Worker.execute_model ran unmarked in WorkerDict rank 0
+    """
+    said = [f"{method_name(m)} ran unmarked in {who}" for who, ms in unmarked.items() for m in ms]
+    return (
+        f"{len(said)} hot-path method{'s' if len(said) != 1 else ''} ran unmarked (the class a"
+        " framework built for it is one no preset wraps: its time is in no phase; `mstx-marks"
+        f" coverage` fails on it): {'; '.join(said)}"
+    )
 
 
 def nested_repeats(ranges: Sequence[tuple[Any, int, int, str]]) -> list[int]:

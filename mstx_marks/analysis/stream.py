@@ -66,7 +66,13 @@ from mstx_marks.analysis.aggregate import (
 )
 from mstx_marks.analysis.mark_pairs import START_SUFFIX, STOP_SUFFIX
 from mstx_marks.analysis.quantiles import RELATIVE_ERROR, QuantileSketch, percentile
-from mstx_marks.analysis.stages import NestFrontier, is_automatic, range_name
+from mstx_marks.analysis.stages import (
+    UNCOVERED_DOMAIN,
+    NestFrontier,
+    is_automatic,
+    range_name,
+    unmarked_method,
+)
 from mstx_marks.analysis.steps import (
     DEFAULT_STEP_NAMES,
     Step,
@@ -258,6 +264,8 @@ class StreamAggregator:
         #: and their time.
         self.merged: dict[str, int] = {}
         self.merged_ns: dict[str, int] = {}
+        #: The hot-path methods the process ran unmarked (its ``uncovered`` instants).
+        self.unmarked: set[str] = set()
 
     def may_be_step(self, name: str) -> bool:
         """Whether ranges called ``name`` may turn out to be steps (before the names are all
@@ -281,6 +289,10 @@ class StreamAggregator:
             )  # fmt: skip
         elif rec.name.endswith((START_SUFFIX, STOP_SUFFIX)):
             self._mark(rec)
+        elif rec.domain == UNCOVERED_DOMAIN:
+            method = unmarked_method(rec.name, rec.domain)
+            if method is not None:
+                self.unmarked.add(method)
 
     def add_file_steps(self, steps: list[Step]) -> None:
         """Steps the file lists (a database's ``STEP_TIME``), with their ids."""
@@ -387,6 +399,7 @@ class StreamAggregator:
         self.n_records += other.n_records
         self.backwards += other.backwards
         self.pids |= other.pids
+        self.unmarked |= other.unmarked
         self.file_steps |= other.file_steps
         self.file_step_keys.update(other.file_step_keys)
         for name, n in other.merged.items():
@@ -444,6 +457,7 @@ class StreamAggregator:
             merged=dict(self.merged),
             merged_ns=dict(self.merged_ns),
             notes=list(file_notes(trace)),
+            unmarked=sorted(self.unmarked),
         )
         file_steps = sorted(self.file_steps | set(trace.steps))
         if self.options.name is None and file_steps:

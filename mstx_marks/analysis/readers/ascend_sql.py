@@ -51,7 +51,14 @@ from typing import Any, Callable, Iterable, Iterator, NamedTuple
 from mstx_marks.analysis.aggregate import ProcessPart, phase_agg
 from mstx_marks.analysis.mark_pairs import START_SUFFIX, STOP_SUFFIX, pair_marks
 from mstx_marks.analysis.readers.chrome_json import NothingToRead
-from mstx_marks.analysis.stages import is_automatic, nested_repeats, range_name
+from mstx_marks.analysis.stages import (
+    UNCOVERED_DOMAIN,
+    UNCOVERED_PREFIX,
+    is_automatic,
+    nested_repeats,
+    range_name,
+    unmarked_method,
+)
 from mstx_marks.analysis.steps import (
     PROFILER_STEP,
     Step,
@@ -564,6 +571,7 @@ def _aggregate(
         else:
             durations.setdefault(name, []).append(-neg_end - start)
 
+    unmarked = _unmarked(db, names)
     found, windows = _steps(db, tables, names, paired, fold, steps)
     lo = min(first.values(), default=None)
     ((n_all,),) = _query(db, f"SELECT COUNT(*) FROM MSTX_EVENTS WHERE eventType IN {_KINDS}")
@@ -584,10 +592,28 @@ def _aggregate(
             step_phases=frozenset(step_phases),
             merged=merged,
             merged_ns=merged_ns,
+            unmarked=unmarked,
         )
         .set_steps(found)
         .set_breakdown(nested, windows)
     )
+
+
+def _unmarked(db: sqlite3.Connection, names: dict[int, str]) -> list[str]:
+    """The hot-path methods the process ran unmarked: its ``uncovered`` instants (see
+    :func:`~mstx_marks.analysis.stages.unmarked_method`), sorted."""
+    said = [i for i, v in names.items() if v.startswith(UNCOVERED_PREFIX)]
+    domains = [i for i, v in names.items() if v == UNCOVERED_DOMAIN]
+    if not said or not domains:
+        return []
+    rows = _query(
+        db,
+        f"SELECT DISTINCT message FROM MSTX_EVENTS WHERE eventType IN {_MARKS}"
+        f" AND message IN (SELECT id FROM {_id_table(db, 'said', said)})"
+        f" AND domainId IN (SELECT id FROM {_id_table(db, 'domains', domains)})",
+    )
+    found = {unmarked_method(names[m], UNCOVERED_DOMAIN) for (m,) in rows}
+    return sorted(m for m in found if m is not None)
 
 
 def _steps(
