@@ -12,9 +12,9 @@ So when a backend that can be listened to later (``Backend.reopens``: mstx, torc
 recorded", the hot path holds the range in :data:`WAITING` instead (its name, domain, and the
 backend's own start and end) and keeps the :class:`Token` it gets, which it releases at the
 range's end. A range that was recorded costs nothing more: the hot path calls the backend's own
-functions, and only tests its handle against :class:`Token` at the end. When a profiler starts,
-or steps into a recording window, every range still waiting is started again
-(:meth:`Waiting.reopen`): same name, same domain, now inside the capture; it ends when its
+functions, and a token is falsy, so it is looked at only where a handle said "not recorded".
+When a profiler starts, or steps into a recording window, every range still waiting is started
+again (:meth:`Waiting.reopen`): same name, same domain, now inside the capture; it ends when its
 original ends. One that the profiler still does not record stays waiting for the next step. A
 range re-started from the profiler's thread carries that thread's id in the capture, which is
 the one difference from a range started there.
@@ -31,8 +31,8 @@ imported (:func:`watch_profilers`).
 >>> def start(name, domain):
 ...     return 7 if listening else 0
 >>> token = w.hold("update_actor", "default", start, lambda h, d: print("end", h, d))
->>> type(token).__name__, w.waiting()
-('Token', 1)
+>>> type(token).__name__, bool(token), w.waiting()
+('Token', False, 1)
 >>> listening.append(True); w.reopen()  # a profiler starts
 1
 >>> w.release(token)
@@ -48,6 +48,7 @@ from typing import Any, Callable
 from mstx_marks.backends.base import EndFn, StartFn
 from mstx_marks.base.diagnostics import warn_once
 from mstx_marks.base.import_hooks import when_imported
+from mstx_marks.base.interrupts import users_own
 
 __all__ = ["MAX_WAITING", "WAITING", "Token", "Waiting", "watch_profilers"]
 
@@ -59,11 +60,16 @@ MAX_WAITING = 65_536
 _Entry = tuple[str, str, StartFn, EndFn, list[Any]]
 
 
-class Token:
-    """What the hot path holds for a range no collector recorded when it started: truthy, so
-    its end is made, and of its own class, so that end goes to :meth:`Waiting.release`."""
+class Token(int):
+    """What the hot path holds for a range no collector recorded when it started: an int 0 of
+    its own class. Falsy like any "not recorded" handle, so a recorded range's end (``if
+    handle: end(...)``) pays nothing for it; only a falsy handle is then asked whether it is a
+    Token, whose end goes to :meth:`Waiting.release`. Tokens are told apart by identity."""
 
-    __slots__ = ("__weakref__",)
+    __slots__ = ()
+
+
+_new_token = int.__new__
 
 
 class Waiting:
@@ -75,13 +81,14 @@ class Waiting:
     """
 
     def __init__(self) -> None:
-        self._open: dict[Token, _Entry] = {}
+        #: id(token) -> (token, entry): the token is kept alive, so its id is not reused.
+        self._open: dict[int, tuple[Token, _Entry]] = {}
 
     def hold(self, name: str, domain: str, start: StartFn, end: EndFn) -> Token:
         """Keep a range that was not recorded; the token is what the hot path ends."""
-        token = Token()
+        token = _new_token(Token, 0)
         waiting = self._open
-        waiting[token] = (name, domain, start, end, [])
+        waiting[id(token)] = (token, (name, domain, start, end, []))
         if len(waiting) > MAX_WAITING:
             for old in list(itertools.islice(waiting, MAX_WAITING // 4)):
                 waiting.pop(old, None)
@@ -89,9 +96,9 @@ class Waiting:
 
     def release(self, token: Token) -> None:
         """The range ``token`` ended: end what it was started again under, if anything."""
-        entry = self._open.pop(token, None)
-        if entry is not None and entry[4]:  # started again (rare): a raise-free check first
-            _end_taken(entry)
+        held = self._open.pop(id(token), None)
+        if held is not None and held[1][4]:  # started again (rare): a raise-free check first
+            _end_taken(held[1])
 
     def waiting(self) -> int:
         """How many ranges are waiting."""
@@ -100,20 +107,22 @@ class Waiting:
     def reopen(self) -> int:
         """Start again every waiting range that has not been; how many a collector took."""
         taken = 0
-        for token, entry in list(self._open.items()):
+        for key, (_, entry) in list(self._open.items()):
             name, domain, start, _, handles = entry
             if handles:
                 continue
             try:
                 handle = start(name, domain)
             except Exception as exc:  # a profiler's start must never fail because of us
+                if users_own(exc):
+                    raise
                 warn_once(("reopen", name), f"range {name!r} not started again ({exc})")
                 continue
             if not handle:
                 continue  # still not recorded: it waits for the next step
             handles.append(handle)
             taken += 1
-            if token not in self._open:  # it ended meanwhile: end this one too, once
+            if key not in self._open:  # it ended meanwhile: end this one too, once
                 _end_taken(entry)
         return taken
 
@@ -122,7 +131,7 @@ class Waiting:
         profiler is about to stop recording (its ``stop``, or the step that ends a window), and
         a range it holds open would have no end in the capture. How many were ended."""
         ended = 0
-        for entry in list(self._open.values()):
+        for _, entry in list(self._open.values()):
             if entry[4]:
                 _end_taken(entry)
                 ended += 1
@@ -142,6 +151,8 @@ def _end_taken(entry: _Entry) -> None:
     try:
         end(handle, domain)
     except Exception as exc:
+        if users_own(exc):
+            raise
         warn_once(("reopen end", entry[0]), f"range {entry[0]!r} started again did not end ({exc})")
 
 

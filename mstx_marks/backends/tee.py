@@ -105,13 +105,13 @@ class Tee(Backend):
         def end(handle: tuple[Any, int], domain: str) -> None:
             rec_end(handle[1], domain)
             dev = handle[0]
-            if dev.__class__ is Token:
-                release(dev)
-            elif dev:
+            if dev:
                 try:
                     dev_end(dev, domain)
                 except Exception as exc:
                     report(end, exc)
+            elif dev.__class__ is Token:
+                release(dev)
 
         def instant(name: str, domain: str) -> None:
             rec_instant(name, domain)

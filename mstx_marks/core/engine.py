@@ -47,13 +47,12 @@ def begin(
 
 def finish(end: EndFn, handle: Any, domain: str) -> None:
     if handle:
-        if handle.__class__ is Token:  # held, never recorded: what it was started again under
-            release(handle)
-            return
         try:
             end(handle, domain)
         except Exception as exc:
             fault(end, exc)
+    elif handle.__class__ is Token:  # held, never recorded: what it was started again under
+        release(handle)
 
 
 def wrap_function(
@@ -107,13 +106,12 @@ def _plain(func: Callable[..., Any], name: str, domain: str, gate: _Gate) -> Cal
             return func(*args, **kwargs)
         finally:
             if handle:
-                if handle.__class__ is Token:
-                    release(handle)
-                else:
-                    try:
-                        end(handle, domain)
-                    except Exception as exc:
-                        fault(end, exc)
+                try:
+                    end(handle, domain)
+                except Exception as exc:
+                    fault(end, exc)
+            elif handle.__class__ is Token:
+                release(handle)
 
     return wrapper
 

@@ -164,8 +164,9 @@ class Mark:
         # Later entries (nested, other threads, tasks, generators, hooks) go to `_more`.
         frame = sys._getframe(1)
         if self._rid is None and not self._more:
-            # `or 0`: a backend may say "not recorded" with None, which would free the slot.
-            self._rid, self._end, self._frame = handle or 0, end, frame
+            # None -> 0: a backend may say "not recorded" with None, which would free the slot
+            # (a falsy Token stays: its exit releases it).
+            self._rid, self._end, self._frame = 0 if handle is None else handle, end, frame
         else:
             with _overflow_lock:
                 self._add_entry((frame, handle, end))
@@ -244,13 +245,12 @@ class Mark:
             self._rid = self._frame = None
             end = self._end if handle else None
         if handle:
-            if handle.__class__ is Token:  # held, never recorded (backends/reopen.py)
-                release(handle)
-                return
             try:
                 end(handle, self.domain)
             except Exception as exc:
                 fault(end, exc)
+        elif handle.__class__ is Token:  # held, never recorded (backends/reopen.py)
+            release(handle)
 
     def __call__(self, func: F) -> F:
         _check_decorated(func)
