@@ -79,15 +79,21 @@ class Counting(Backend):
         return Emitter(self, start, end, lambda n, d: None)
 
 
+#: Lines no asynchronous exception can land on. CPython runs a signal handler (and raises a
+#: RecursionError) only at a call, a function's entry or a backward jump; a tracer, though,
+#: sees these lines too, and raising there escapes the enclosing handler: a ``with`` line is
+#: seen again for the implicit ``__exit__`` call (raising skips that very call, leaving a lock
+#: held); ``try:`` and ``while True:`` are no-op instructions outside the enclosing ``try``'s
+#: clean-up (CPython 3.11).
+_NO_LANDING = ("with ", "async with ", "try:", "while True:")
+
+
 def _line_event(frame: FrameType, event: str) -> bool:
-    """A line event where a real asynchronous exception can land. Not a ``with`` line: the
-    tracer sees it again for the implicit ``__exit__`` call, and raising there skips that very
-    call, leaving the lock held; CPython runs signal handlers only at call boundaries and
-    backward jumps, where the ``with``'s clean-up is in force."""
+    """A line event where a real asynchronous exception can land (see :data:`_NO_LANDING`)."""
     if event != "line":
         return False
     line = linecache.getline(frame.f_code.co_filename, frame.f_lineno).lstrip()
-    return not line.startswith(("with ", "async with "))
+    return not line.startswith(_NO_LANDING)
 
 
 def _raise_at(n: int, raise_it: Callable[[], None]) -> Callable[..., Any]:
