@@ -178,8 +178,9 @@ def open_db(path: Path) -> Iterator[_Bounded]:
     error naming the file (:class:`TraceFileError`); other SQLite errors come as they are.
 
     >>> import tempfile, pathlib, sqlite3, os
+    >>> from contextlib import closing
     >>> folder = pathlib.Path(tempfile.mkdtemp())
-    >>> with sqlite3.connect(folder / "msprof_1.db") as c:
+    >>> with closing(sqlite3.connect(folder / "msprof_1.db")) as c:  # as CANN writes it
     ...     _ = c.execute("PRAGMA journal_mode=WAL")
     ...     _ = c.execute("CREATE TABLE t(x)")
     >>> with open_db(folder / "msprof_1.db") as db:
