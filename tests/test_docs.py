@@ -107,11 +107,30 @@ def test_the_site_builds_strictly(tmp_path: Path) -> None:
         timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
-    api = (tmp_path / "reference" / "api" / "ranges" / "index.html").read_text(encoding="utf-8")
+    api = (tmp_path / "reference" / "api" / "ranges.html").read_text(encoding="utf-8")
     assert "mstx_marks.core.ranges" in api and "&gt;&gt;&gt;" in api
-    envpage = (tmp_path / "reference" / "environment" / "index.html").read_text(encoding="utf-8")
+    envpage = (tmp_path / "reference" / "environment.html").read_text(encoding="utf-8")
     assert "<table>" in envpage and "MSTX_MARKS_RECORD_CAPACITY" in envpage
-    assert (tmp_path / "changelog" / "index.html").read_text(encoding="utf-8").count("Unreleased")
+    assert (tmp_path / "changelog.html").read_text(encoding="utf-8").count("Unreleased")
+    _opens_from_a_file(tmp_path)
+
+
+def _opens_from_a_file(site: Path) -> None:
+    """README says to open build/site/index.html from a file: every link between pages names an
+    existing file (a folder opens as a listing there), and search needs no server (the offline
+    plugin's index is a script the page loads, not a fetch)."""
+    broken = []
+    for page in site.rglob("*.html"):
+        if page.name == "404.html":  # a server's page, with absolute links: never opened so
+            continue
+        for href in re.findall(r'href="([^"#?]+)', page.read_text(encoding="utf-8")):
+            if "://" in href or href.startswith(("mailto:", "data:")):
+                continue
+            target = (page.parent / href).resolve()
+            if not target.is_file():
+                broken.append(f"{page.relative_to(site)} -> {href}")
+    assert broken == [], broken[:10]
+    assert (site / "search" / "search_index.js").is_file()
 
 
 # --- README --------------------------------------------------------------------------------
