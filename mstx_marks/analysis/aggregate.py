@@ -152,6 +152,10 @@ class Summary:
     concurrent_ns: dict[Member, int] = field(default_factory=dict)
     #: Per member, time of phases outside every step (counted in shares, not in step time).
     outside_ns: dict[Member, int] = field(default_factory=dict)
+    #: The run read when the folder holds several (its id; ``"all"``: every one, summed), and
+    #: the ids of the others there, newest first (see :mod:`mstx_marks.analysis.copies`).
+    run: str = ""
+    other_runs: list[str] = field(default_factory=list)
 
     @property
     def roles(self) -> list[str]:

@@ -1,4 +1,10 @@
-"""Which file's copy of a process to use, and which files are on another clock.
+"""Which run to read, which file's copy of a process to use, and which files are on another
+clock.
+
+A folder may hold several runs: a program run again into it, or two jobs writing into it at
+once. Each file names its run (the spill header's ``run``, a Chrome trace's ``otherData.run``, a
+database's ``mstx_marks_run``); runs are never summed together (:func:`run_groups`,
+:func:`pick_run`).
 
 One process may be in several files: the demo writes each rank as a database and as a Chrome
 trace, ``MSTX_MARKS_OUT`` adds a spill, a merged job timeline repeats everything. A process is
@@ -22,14 +28,14 @@ clock the fewer files are on.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Generic, TypeVar
 
 from mstx_marks.base.records import TraceFileError
 from mstx_marks.export.spill import SPILL_SUFFIX
 
-__all__ = ["EPOCH_NS", "Copy", "pick_copies", "pick_run"]
+__all__ = ["EPOCH_NS", "Copy", "RunPick", "pick_copies", "pick_run", "run_groups"]
 
 #: Epoch nanoseconds pass 1e18 in September 2001; a clock since boot stays far below it.
 EPOCH_NS = 10**18
@@ -166,10 +172,38 @@ def _end_ns(payload: object) -> int | None:
     return max(ends) if ends else None
 
 
-def _run_groups(loaded: list[tuple[Path, list[Copy[T]]]]) -> list[list[str]]:
-    """The run ids, grouped so that runs whose processes overlap in time are one run (processes
-    of one job started without a shared id, each making its own), oldest group first."""
+@dataclass
+class _Group:
+    """Run ids taken as one run: their span, and the processes (role, rank) they hold."""
+
+    ids: list[str]
+    reach: int
+    members: set[tuple[str, int]]
+
+
+def run_groups(loaded: list[tuple[Path, list[Copy[T]]]]) -> list[list[str]]:
+    """The run ids of the copies, grouped into runs, oldest first (by first start).
+
+    Each id is a run of its own, whenever it ran: two jobs writing into one folder at once are
+    two runs. One case only is joined: ids that overlap in time and share no process (role and
+    rank), which are the ranks of one job whose launcher made no id (a multi-node torchrun:
+    each node's ranks make their own); two jobs both have a rank 0.
+
+    >>> from types import SimpleNamespace as Part
+    >>> def c(run, rank, start, end):  # one process's copy: its rank, run and span
+    ...     part = Part(span=(start, end))
+    ...     return Copy(rank, frozenset({rank}), 1, None, start, "", part, "", run)
+    >>> def groups(*copies):
+    ...     return run_groups([(Path("f"), list(copies))])
+    >>> groups(c("a", 0, 0, 10), c("b", 0, 5, 15))  # rank 0 twice at once: two jobs
+    [['a'], ['b']]
+    >>> groups(c("a", 0, 0, 10), c("b", 1, 5, 15))  # rank 0, then rank 1: one job's ranks
+    [['a', 'b']]
+    >>> groups(c("a", 0, 0, 10), c("b", 1, 20, 30))  # one after the other: two runs
+    [['a'], ['b']]
+    """
     spans: dict[str, list[int]] = {}
+    roles: dict[tuple[str, int, frozenset[int], str], str] = {}
     for _, copies in loaded:
         for c in copies:
             if not c.run or c.first_ns is None:
@@ -178,36 +212,57 @@ def _run_groups(loaded: list[tuple[Path, list[Copy[T]]]]) -> list[list[str]]:
             span = spans.setdefault(c.run, [c.first_ns, c.first_ns])
             span[0] = min(span[0], c.first_ns)
             span[1] = max(span[1], c.first_ns if end is None else end)
-    groups: list[list[str]] = []
-    reach = None
+            # a database copy may lack the role its process's other copies name
+            key = (c.run, *c.key)
+            roles[key] = roles.get(key) or c.role
+    members: dict[str, set[tuple[str, int]]] = {}
+    for (run, rank, _, _), role in roles.items():
+        members.setdefault(run, set()).add((role, rank))
+    groups: list[_Group] = []
     for run in sorted(spans, key=lambda r: (spans[r][0], r)):
         start, end = spans[run]
-        if groups and reach is not None and start <= reach:
-            groups[-1].append(run)
-            reach = max(reach, end)
+        home = next(
+            (g for g in reversed(groups) if start <= g.reach and not g.members & members[run]),
+            None,
+        )
+        if home is None:
+            groups.append(_Group([run], end, set(members[run])))
         else:
-            groups.append([run])
-            reach = end
-    return groups
+            home.ids.append(run)
+            home.reach = max(home.reach, end)
+            home.members |= members[run]
+    return [g.ids for g in groups]
+
+
+@dataclass
+class RunPick(Generic[T]):
+    """What :func:`pick_run` kept: the copies of the run read, which run that is (its first
+    id; ``"all"``; ``""`` when no file names one), and the ids of the other runs here, newest
+    first (every run's, with ``"all"``)."""
+
+    loaded: list[tuple[Path, list[Copy[T]]]]
+    run: str = ""
+    others: list[str] = field(default_factory=list)
 
 
 def pick_run(
     loaded: list[tuple[Path, list[Copy[T]]]], run: str | None, errors: list[str], notes: list[str]
-) -> list[tuple[Path, list[Copy[T]]]]:
+) -> RunPick[T]:
     """The copies of one run: ``run`` (an id, or ``"all"``), else the newest (the one whose
-    processes started last). Files that name no run (another tool's, older ones) are kept; runs
-    whose processes overlap in time are taken as one. Several runs in the folder (a program run
-    again into it) are never summed together: a note says which was read and which others there
-    are.
+    processes started last). Files that name no run (another tool's, older ones) are kept.
+    Runs are told apart as :func:`run_groups` says; several in the folder (a program run again
+    into it, or two jobs writing into it at once) are never summed together: a note says which
+    was read and which others there are.
     """
+    groups = run_groups(loaded)
     if run == "all":
-        return loaded
-    groups = _run_groups(loaded)
+        several = len(groups) > 1
+        return RunPick(loaded, "all", [g[0] for g in groups[::-1]]) if several else RunPick(loaded)
     if not groups:
         if run is not None:
             errors.append(f"no run {run!r} here (no file names its run)")
-            return []
-        return loaded
+            return RunPick([])
+        return RunPick(loaded)
     if run is None:
         chosen = groups[-1]
         if len(groups) > 1:
@@ -221,7 +276,8 @@ def pick_run(
         if not found:
             known = ", ".join(g[0] for g in reversed(groups))
             errors.append(f"no run {run!r} here (runs: {known})")
-            return []
+            return RunPick([])
         chosen = found[0]
     keep = {*chosen, ""}
-    return [(path, [c for c in copies if c.run in keep]) for path, copies in loaded]
+    kept = [(path, [c for c in copies if c.run in keep]) for path, copies in loaded]
+    return RunPick(kept, chosen[0], [g[0] for g in reversed(groups) if g is not chosen])

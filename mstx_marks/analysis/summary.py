@@ -54,7 +54,7 @@ from mstx_marks.analysis.aggregate import (
     aggregate_trace,
     combine,
 )
-from mstx_marks.analysis.copies import Copy, pick_copies, pick_run
+from mstx_marks.analysis.copies import Copy, RunPick, pick_copies, pick_run
 from mstx_marks.analysis.quantiles import RELATIVE_ERROR
 from mstx_marks.analysis.readers import (
     find_trace_files,
@@ -127,11 +127,12 @@ def _select(
     errors: list[str],
     notes: list[str],
     run: str | None = None,
-) -> dict[Member, list[Copy[T]]]:
+) -> tuple[dict[Member, list[Copy[T]]], RunPick[T]]:
     """The copies to use, of one run (the newest unless ``run`` says), grouped by role, then
-    rank (see :mod:`mstx_marks.analysis.copies`); what they lost goes to ``notes``."""
-    loaded = pick_run(loaded, run, errors, notes)
-    chosen, more = pick_copies(loaded, errors)
+    rank (see :mod:`mstx_marks.analysis.copies`), and the run they are of; what they lost goes
+    to ``notes``."""
+    picked = pick_run(loaded, run, errors, notes)
+    chosen, more = pick_copies(picked.loaded, errors)
     notes.extend(more)
     notes.extend(_losses(chosen))
     if not chosen and not errors:
@@ -139,7 +140,14 @@ def _select(
     by_member: dict[Member, list[Copy[T]]] = {}
     for c in chosen:
         by_member.setdefault(Member(c.role, c.rank), []).append(c)
-    return dict(sorted(by_member.items()))
+    return dict(sorted(by_member.items())), picked
+
+
+def _with_run(summary: Summary, picked: RunPick[Any]) -> Summary:
+    """``summary`` saying which run it is of, when the folder holds others."""
+    if picked.others:
+        summary.run, summary.other_runs = picked.run, list(picked.others)
+    return summary
 
 
 def _losses(chosen: Sequence[Copy[T]]) -> list[str]:
@@ -211,11 +219,19 @@ def load_traces(
     ``steps``, each trace's ``steps`` are the ones :func:`mstx_marks.analysis.steps.find_steps`
     finds. ``run`` picks the run (an id, or ``"all"``; default the newest).
     """
+    traces, errors, notes, _ = _load(path, steps, run)
+    return traces, errors, notes
+
+
+def _load(
+    path: str | Path, steps: StepOptions | None, run: str | None
+) -> tuple[list[RankTrace], list[str], list[str], RunPick[RankTrace]]:
+    """:func:`load_traces`, and the run it read."""
     errors: list[str] = []
     notes: list[str] = []
     root = Path(path)
     if not root.exists():
-        return [], [f"{root}: no such file or folder"], []
+        return [], [f"{root}: no such file or folder"], [], RunPick([])
     loaded: list[tuple[Path, list[Copy[RankTrace]]]] = []
     for file in find_trace_files(root, errors):
         try:
@@ -228,7 +244,8 @@ def load_traces(
             errors.append(f"{_shown(file)}: could not be read ({type(e).__name__}: {e})")
     traces = []
     named = _thread_names(loaded)
-    for member, group in _select(root, loaded, errors, notes, run).items():
+    selected, picked = _select(root, loaded, errors, notes, run)
+    for member, group in selected.items():
         for c in group:
             c.payload.role = c.role
         trace = _joined(member, [c.payload for c in group])
@@ -238,7 +255,7 @@ def load_traces(
         if steps is not None:
             trace = with_steps(trace, find_steps(trace, steps))
         traces.append(trace)
-    return traces, errors, notes
+    return traces, errors, notes, picked
 
 
 # What a worker sends back for one file: the parts, or the message of an error or a note.
@@ -410,7 +427,8 @@ def summarize_path(
     errors.sort()
     parts: list[ProcessPart] = []
     again = []
-    for member, group in _select(root, loaded, errors, notes, run).items():
+    selected, picked = _select(root, loaded, errors, notes, run)
+    for member, group in selected.items():
         if len(group) == 1:
             group[0].payload.role = group[0].role
             parts.append(group[0].payload)
@@ -429,7 +447,7 @@ def summarize_path(
     notes.extend(_streamed_notes(parts))
     summary = combine(parts)
     summary.errors, summary.notes = errors, notes + summary.notes
-    return summary
+    return _with_run(summary, picked)
 
 
 def _check_folder(flag: str, file: str | None) -> bool:
@@ -467,8 +485,8 @@ def run_summary(
         return 2
     traces: list[RankTrace] = []
     if svg or html or trace:  # pictures need every range: read them into memory
-        traces, errors, notes = load_traces(path, run=run)
-        summary = summarize(traces, steps=steps)
+        traces, errors, notes, picked = _load(path, None, run)
+        summary = _with_run(summarize(traces, steps=steps), picked)
         summary.errors, summary.notes = errors, notes + summary.notes
     else:
         summary = summarize_path(path, steps, jobs, run=run)

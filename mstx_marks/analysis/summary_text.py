@@ -21,7 +21,7 @@ from mstx_marks.analysis.aggregate import PhaseSummary, Stats, Summary
 from mstx_marks.analysis.quantiles import RELATIVE_ERROR
 from mstx_marks.base.records import Member
 
-__all__ = ["format_csv", "format_json", "format_table", "printable"]
+__all__ = ["format_csv", "format_json", "format_table", "printable", "run_line"]
 
 
 def printable(name: str) -> str:
@@ -171,6 +171,24 @@ def _footnote(summary: Summary) -> list[str]:
     return lines
 
 
+def run_line(summary: Summary) -> str | None:
+    """Which run the summary is of, when the folder holds several (None when it holds one).
+
+    >>> run_line(Summary([], {}, {}, {}, run="r2", other_runs=["r1"]))
+    'run r2, one of 2 runs here (the other: r1; --run ID for another, --run all for every one)'
+    """
+    if not summary.other_runs:
+        return None
+    others = ", ".join(printable(r) for r in summary.other_runs)
+    if summary.run == "all":
+        return f"every run here, summed: {others}"
+    n = len(summary.other_runs) + 1
+    return (
+        f"run {printable(summary.run)}, one of {n} runs here (the other{'s' * (n > 2)}: {others};"
+        " --run ID for another, --run all for every one)"
+    )
+
+
 def format_table(summary: Summary) -> str:
     """The human-readable table: per phase, an ``all`` row and one row per rank. When the
     processes have roles, one block per role (``== role ==``), each with its ranks' steps and
@@ -228,6 +246,9 @@ def format_table(summary: Summary) -> str:
             lines += _automatic_rows(summary.phases_of(role), names, width)
             sketched |= more
     lines += _footnote(summary)
+    runs = run_line(summary)
+    if runs:
+        lines.insert(0, runs)
     if sketched == {"all"}:
         lines.append(
             f"~ p50/p90 of this 'all' row are within {100 * RELATIVE_ERROR:g}% (merged "
@@ -299,6 +320,9 @@ def format_json(summary: Summary) -> dict[str, Any]:
             }
             for p in summary.phases
         ],
+        # the run read, when the folder holds others (their ids, newest first)
+        "run": summary.run or None,
+        "other_runs": summary.other_runs,
         "errors": summary.errors,
         "notes": summary.notes,
     }
