@@ -3,8 +3,15 @@
 Records live in fixed-size columns (``array`` chunks of 16 Ki entries: start, end, name key,
 thread number), so a range costs 24 bytes whatever its name, and the hot path takes no lock:
 a range's slot comes from an atomic counter and each write is a single item store. Names and
-domains are interned once. When ``capacity`` ranges are held, further ones are dropped and
-counted.
+domains are interned once, up to ``names`` distinct pairs (65,536; ``MSTX_MARKS_RECORD_NAMES``):
+a run making a name per step or request would grow the table for ever (400,000 names held
+95 MB), so later new names are recorded as ``(other names)``, said once. When ``capacity``
+ranges are held, further ones are dropped and counted.
+
+Times are the monotonic clock's, placed on the wall clock's axis by an anchor taken at import
+(:func:`now_ns`): a duration never takes in a step of the wall clock (NTP's, or one set by
+hand), and the processes of a job still share one axis. :func:`clock_step_ns` says how far the
+wall clock has moved since (the spill writes it down and says it).
 
 A reader that keeps what it drains (the spill, which writes it to disk) hands chunks back with
 ``drain(..., release=True)``: a chunk whose events were all drained and whose ranges all ended
@@ -31,22 +38,76 @@ import os
 import threading
 import weakref
 from array import array
-from time import time_ns
+from time import monotonic_ns, time_ns
 from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 from mstx_marks.backends.base import Backend, Emitter
+from mstx_marks.base import env
+from mstx_marks.base.diagnostics import warn_once
 from mstx_marks.base.forking import after_fork_in_child, new_lock
 from mstx_marks.base.interrupts import users_own
 from mstx_marks.base.records import InstantRecord, RangeRecord, Record
 
 __all__ = [
+    "NAMES",
+    "OTHER_NAMES",
     "Block",
     "DrainCursor",
     "Recorder",
+    "anchor_ns",
     "block_records",
+    "clock_step_ns",
     "default_recorder",
     "native_thread_ids",
+    "now_ns",
 ]
+
+#: Distinct ``(name, domain)`` pairs a recorder keeps by default (``MSTX_MARKS_RECORD_NAMES``).
+NAMES = 65_536
+#: The name later new names are recorded under, past a recorder's ``names``.
+OTHER_NAMES = "(other names)"
+
+
+def _wall_less_monotonic() -> int:
+    """The wall clock less the monotonic clock, from the tightest of three reads: a thread
+    switched out between two reads must not count its wait as a clock step."""
+    best = (1 << 62, 0)
+    for _ in range(3):
+        before = monotonic_ns()
+        wall = time_ns()
+        after = monotonic_ns()
+        best = min(best, (after - before, wall - (before + after) // 2))
+    return best[1]
+
+
+# Every time the recorder keeps is monotonic_ns() + _anchor: a duration is the monotonic
+# clock's (an NTP step of the wall clock inside a range does not lengthen it), and the times are
+# on the wall clock's axis as it read at import, so the processes of a job line up.
+_anchor = _wall_less_monotonic()
+
+
+def now_ns() -> int:
+    """The recorder's clock: monotonic, placed on the wall clock as it read when this process
+    began (:func:`anchor_ns`).
+
+    >>> abs(now_ns() - time_ns()) < 10**9  # (unless the wall clock stepped since)
+    True
+    """
+    return monotonic_ns() + _anchor
+
+
+def anchor_ns() -> int:
+    """The wall clock less the monotonic clock when this process began recording: what
+    :func:`now_ns` adds to the monotonic clock (the spill's header says it)."""
+    return _anchor
+
+
+def clock_step_ns() -> int:
+    """How far the wall clock has moved against the monotonic one since :func:`anchor_ns` was
+    taken: an NTP step, a clock set by hand, a suspend; about 0 when none happened. Recorded
+    times keep the anchor's axis (they would jump with the wall clock otherwise)."""
+    return _wall_less_monotonic() - _anchor
+
 
 _SHIFT = 14
 _CHUNK = 1 << _SHIFT
@@ -96,10 +157,15 @@ class Recorder(Backend):
 
     name = "record"
 
-    def __init__(self, capacity: int = 1_000_000) -> None:
+    def __init__(self, capacity: int = 1_000_000, names: int = NAMES) -> None:
         if type(capacity) is not int or capacity < 1:
             raise ValueError(f"capacity must be an int >= 1, got {capacity!r}")
+        if type(names) is not int or names < 1:
+            raise ValueError(f"names must be an int >= 1, got {names!r}")
         self.capacity = capacity
+        #: Distinct ``(name, domain)`` pairs kept per generation; later new names are recorded
+        #: as :data:`OTHER_NAMES` (a kept name costs about 200 bytes for the process's life).
+        self.names_kept = names
         self._lock = new_lock(reentrant=True)
         self._base = 0
         self._reset()
@@ -124,6 +190,8 @@ class Recorder(Backend):
         # domain -> name -> key; key 0 marks an unwritten slot.
         self._key_of: dict[str, dict[str, int]] = {}
         self._names: list[tuple[str, str]] = [("", "")]
+        #: The :data:`OTHER_NAMES` key of each domain known when the table filled up.
+        self._others: dict[str, int] = {}
         self._dropped = 0
         #: Starts interrupted by an exception (a signal handler's) before they completed.
         self._given_up = 0
@@ -168,12 +236,37 @@ class Recorder(Backend):
 
     def _new_key(self, name: str, domain: str) -> int:
         with self._lock:
-            names = self._key_of.setdefault(domain, {})
-            key = names.get(name)
-            if key is None:
-                key = names[name] = len(self._names)
-                self._names.append((name, domain))
+            names = self._key_of.get(domain)
+            key = None if names is None else names.get(name)
+            if key is not None:
+                return key
+            if len(self._names) > self.names_kept:
+                return self._other_key(domain)
+            if names is None:
+                names = self._key_of[domain] = {}
+            key = names[name] = len(self._names)
+            self._names.append((name, domain))
             return key
+
+    def _other_key(self, domain: str) -> int:
+        """The key new names take once the table is full: :data:`OTHER_NAMES` in ``domain``
+        when the domain was known by then, else in a domain of that name (so neither names nor
+        domains grow the table without bound). Not kept in ``_key_of``: such a name comes here
+        at each start (a lock, a fraction of a microsecond), never into memory."""
+        if domain not in self._key_of:
+            domain = OTHER_NAMES
+        key = self._others.get(domain)
+        if key is None:
+            key = self._others[domain] = len(self._names)
+            self._names.append((OTHER_NAMES, domain))
+            warn_once(
+                ("names kept", id(self), self.generation),
+                f"more than {self.names_kept} distinct range names were recorded: later new"
+                f" names are recorded as {OTHER_NAMES!r} in their domain (a name per step or"
+                " request id is better as an argument, mark(name, args=...); or set"
+                f" {env.RECORD_NAMES} higher, about 200 bytes a name)",
+            )
+        return key
 
     def _grow(self, chunk: int) -> None:
         with self._lock:
@@ -225,7 +318,7 @@ class Recorder(Backend):
             number = getattr(_tls, "number", None)
             self._tids[chunk][off] = _thread_number() if number is None else number
             self._ends[chunk][off] = _end
-            starts[off] = time_ns()
+            starts[off] = monotonic_ns() + _anchor
             key = self._key_of.get(domain, _NO_NAMES).get(name)
             if key is None:
                 key = self._new_key(name, domain)
@@ -250,7 +343,7 @@ class Recorder(Backend):
                 return
             if self._keys[chunk][off]:
                 if self._ends[chunk][off] == _OPEN:
-                    self._ends[chunk][off] = time_ns()
+                    self._ends[chunk][off] = now_ns()
             else:
                 self._ends[chunk][off] = _GIVEN_UP
             self._given_up += 1
@@ -262,7 +355,7 @@ class Recorder(Backend):
         last :meth:`clear` is ignored."""
         i = range_id - self._base - 1
         if i >= 0:
-            self._ends[i >> _SHIFT][i & _MASK] = time_ns()
+            self._ends[i >> _SHIFT][i & _MASK] = monotonic_ns() + _anchor
 
     def set_args(self, range_id: int, args: Mapping[str, Any]) -> None:
         """Attach a copy of ``args`` to the event ``range_id`` (what :meth:`range_start`
@@ -462,7 +555,7 @@ class Recorder(Backend):
         """The ranges ``cursor`` holds as still open, ended now and flagged ``open``."""
         if cursor.generation != self.generation:
             return []
-        now, out = time_ns(), []
+        now, out = now_ns(), []
         for i in cursor.open:
             chunk, off = i >> _SHIFT, i & _MASK
             if self._ends[chunk][off] == _OPEN:
@@ -489,7 +582,7 @@ class Recorder(Backend):
         """Everything recorded, in the order the events started. A range still open is ended
         now and flagged ``open``."""
         out: list[Record] = []
-        names, pid, now, args = self._names, self._pid, time_ns(), self._args
+        names, pid, now, args = self._names, self._pid, now_ns(), self._args
         i = -1
         threads = _threads
         for starts, ends, keys, tids in zip(self._starts, self._ends, self._keys, self._tids):
@@ -602,13 +695,15 @@ _default_lock = new_lock()
 def default_recorder() -> Recorder:
     """The process-wide recorder that ``backend="record"`` uses.
 
-    Its capacity comes from ``MSTX_MARKS_RECORD_CAPACITY`` (default one million events).
+    Its capacity comes from ``MSTX_MARKS_RECORD_CAPACITY`` (default one million events), the
+    distinct names it keeps from ``MSTX_MARKS_RECORD_NAMES`` (default 65,536).
     """
     global _default
     if _default is None:
         with _default_lock:
             if _default is None:
-                from mstx_marks.base import env
-
-                _default = Recorder(env.positive_int(env.RECORD_CAPACITY, 1_000_000))
+                _default = Recorder(
+                    env.positive_int(env.RECORD_CAPACITY, 1_000_000),
+                    env.positive_int(env.RECORD_NAMES, NAMES),
+                )
     return _default

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import NamedTuple
+from typing import Iterable, NamedTuple
 
 from mstx_marks.base.diagnostics import warn_once
 
@@ -29,10 +29,14 @@ __all__ = [
     "EXCLUDE",
     "INCLUDE",
     "INSTRUMENT",
+    "MAX_DIGITS",
     "OFF",
     "OUT",
+    "PREFIX",
+    "QUOTE",
     "RANKS",
     "RECORD_CAPACITY",
+    "RECORD_NAMES",
     "ROLE",
     "RUN",
     "SAMPLE",
@@ -43,9 +47,12 @@ __all__ = [
     "markdown_table",
     "off",
     "positive_int",
+    "quoted",
     "rank",
     "run_id",
+    "shown",
     "text",
+    "unknown_names",
 ]
 
 
@@ -57,6 +64,8 @@ class Variable(NamedTuple):
     meaning: str
 
 
+#: What every variable's name starts with.
+PREFIX = "MSTX_MARKS_"
 BACKEND = "MSTX_MARKS_BACKEND"
 DISABLE = "MSTX_MARKS_DISABLE"
 OFF = "MSTX_MARKS_OFF"
@@ -64,6 +73,7 @@ INCLUDE = "MSTX_MARKS_INCLUDE"
 EXCLUDE = "MSTX_MARKS_EXCLUDE"
 RANKS = "MSTX_MARKS_RANKS"
 RECORD_CAPACITY = "MSTX_MARKS_RECORD_CAPACITY"
+RECORD_NAMES = "MSTX_MARKS_RECORD_NAMES"
 OUT = "MSTX_MARKS_OUT"
 INSTRUMENT = "MSTX_MARKS_INSTRUMENT"
 SAMPLE = "MSTX_MARKS_SAMPLE"
@@ -93,15 +103,22 @@ VARIABLES: tuple[Variable, ...] = (
         "how many events the in-process recorder keeps; later ones are counted as dropped",
     ),
     Variable(
+        RECORD_NAMES,
+        "an int >= 1 (default 65536)",
+        "how many distinct (name, domain) pairs the recorder keeps per process; later new names "
+        "are recorded as `(other names)` in their domain, said once",
+    ),
+    Variable(
         OUT,
         "a folder",
         "every process records its ranges (beside the device backend) and writes them there",
     ),
     Variable(
         INSTRUMENT,
-        "comma-separated: verl, vllm, vllm_ascend, sglang, mindspeed_rl, megatron, "
+        "comma-separated: verl, vllm, sglang, mindspeed_rl, megatron, "
         "verl_modules, vllm_modules, vllm_dp",
-        "apply these frameworks' presets in every process that imports them",
+        "apply these frameworks' presets in every process that imports them "
+        "(`vllm_ascend` is `vllm`'s other name)",
     ),
     Variable(
         SAMPLE,
@@ -156,21 +173,74 @@ def flag(name: str, default: bool = False) -> bool:
         return False
     warn_once(
         (name, raw),
-        f"ignoring {name}={raw!r}: expected one of {', '.join(_TRUE + _FALSE)}",
+        f"ignoring {name}={quoted(raw)}: expected one of {', '.join(_TRUE + _FALSE)}",
     )
     return default
 
 
+#: The most digits a count may have: 18 fit an int64 (files and databases hold them so), and
+#: int() of a 5,000-digit string raises (CPython's limit on int from str) where nothing may.
+MAX_DIGITS = 18
+
+
+def _count(raw: str) -> int | None:
+    """``raw`` as an int >= 0: ASCII digits (``'²'`` is a digit to ``str.isdigit``, not to
+    ``int``), at most :data:`MAX_DIGITS` of them after leading zeros; else None.
+
+    >>> _count("0042"), _count("9" * 5000), _count("²")
+    (42, None, None)
+    """
+    if not (raw.isascii() and raw.isdigit()):
+        return None
+    digits = raw.lstrip("0") or "0"
+    return int(digits) if len(digits) <= MAX_DIGITS else None
+
+
 def positive_int(name: str, default: int) -> int:
-    """An int >= 1; anything else (``1e5``, ``-5``) warns once and gives ``default``."""
+    """An int >= 1; anything else (``1e5``, ``-5``, 5,000 digits) warns once and gives
+    ``default``."""
     raw = text(name)
     if raw is None:
         return default
-    # str.isdigit() is True for '²', which int() refuses: ASCII digits only.
-    if raw.isascii() and raw.isdigit() and int(raw) >= 1:
-        return int(raw)
-    warn_once((name, raw), f"ignoring {name}={raw!r}: expected an int >= 1; using {default}")
+    value = _count(raw)
+    if value is not None and value >= 1:
+        return value
+    warn_once(
+        (name, raw),
+        f"ignoring {name}={quoted(raw)}: expected an int >= 1 of at most {MAX_DIGITS} digits;"
+        f" using {default}",
+    )
     return default
+
+
+#: How many characters of a value a message quotes.
+QUOTE = 120
+
+
+def quoted(value: str, limit: int = QUOTE) -> str:
+    """``repr(value)``, cut after ``limit`` characters and then saying how long it was: every
+    message that echoes what a user gave (a variable's value, a folder, a command) quotes it
+    through this, so a 90 KB value is never 90 KB of stderr per process.
+
+    >>> quoted("prof")
+    "'prof'"
+    >>> quoted("ab" * 100, limit=4)
+    "'abab'... (200 characters)"
+    """
+    if len(value) <= limit:
+        return repr(value)
+    return f"{value[:limit]!r}... ({len(value)} characters)"
+
+
+def shown(value: object, limit: int = QUOTE) -> str:
+    """``str(value)`` as it is when short (a folder in a message reads plainly), else
+    :func:`quoted`.
+
+    >>> shown("/tmp/prof"), shown("x" * 500)[-16:]
+    ('/tmp/prof', '(500 characters)')
+    """
+    text = str(value)
+    return text if len(text) <= limit else quoted(text, limit)
 
 
 def run_id() -> str:
@@ -219,10 +289,34 @@ def _ray_run() -> str | None:
     return f"{parts[1].replace('-', '')}-{parts[2].replace('-', '')}-ray{parts[3]}-{job}"
 
 
+def unknown_names(names: Iterable[str] | None = None) -> list[str]:
+    """One message for each name with our prefix (of ``names``, else of the environment) that
+    is no variable of the library, a typo most likely, with the closest known name: such a
+    variable is ignored, and without a word the user waits for files that never come.
+
+    >>> said = unknown_names([OUT + "PUT", OUT, "PATH"])
+    >>> len(said), said[0].endswith(f"did you mean {OUT}?")
+    (1, True)
+    """
+    import difflib  # only when a name is unknown
+
+    known = [v.name for v in VARIABLES]
+    suffixes = [v.name[len(PREFIX) :] for v in VARIABLES]
+    out = []
+    for name in sorted(os.environ if names is None else names):
+        if not name.startswith(PREFIX) or name in known:
+            continue
+        # Close to the part after the prefix: the shared prefix makes every name look alike.
+        close = difflib.get_close_matches(name[len(PREFIX) :], suffixes, n=1, cutoff=0.6)
+        hint = f"did you mean {PREFIX}{close[0]}?" if close else f"known: {', '.join(known)}"
+        out.append(f"ignoring {shown(name)}: mstx_marks has no variable of that name; {hint}")
+    return out
+
+
 def any_set() -> bool:
     """Whether any ``MSTX_MARKS_*`` variable is set: with none, the library changes nothing."""
     # The run id alone (which a process sets for its children) asks for nothing.
-    return any(k.startswith("MSTX_MARKS_") and k != RUN for k in os.environ)
+    return any(k.startswith(PREFIX) and k != RUN for k in os.environ)
 
 
 def rank() -> int:
@@ -237,11 +331,13 @@ def rank() -> int:
     """
     raw = os.environ.get("RANK")
     if raw is not None and raw.strip():
-        value = raw.strip()
-        # str.isdigit() is True for '²'; int() is the judge, ASCII digits only.
-        if value.isascii() and value.isdigit():
-            return int(value)
-        warn_once(("RANK", raw), f"ignoring RANK={raw!r}: expected an int >= 0")
+        value = _count(raw.strip())
+        if value is not None:
+            return value
+        warn_once(
+            ("RANK", raw),
+            f"ignoring RANK={quoted(raw)}: expected an int >= 0 of at most {MAX_DIGITS} digits",
+        )
     dist = sys.modules.get("torch.distributed")
     try:
         if dist is not None and dist.is_available() and dist.is_initialized():

@@ -370,6 +370,12 @@ def _set_variables() -> list[Finding]:
     return [Finding("ok", "environment", "set: " + ", ".join(seen))] if seen else []
 
 
+def _unknown_names() -> list[Finding]:
+    """A name with our prefix that is no variable (a typo): the run ignores it, and says so."""
+    return [Finding("stop", "environment", f"{line} (the run would ignore it)")
+            for line in env.unknown_names()]  # fmt: skip
+
+
 def diagnose(profiler_config: str | None = None) -> list[Finding]:
     """Everything the doctor checks, in order; never raises.
 
@@ -380,6 +386,7 @@ def diagnose(profiler_config: str | None = None) -> list[Finding]:
     steps: list[Callable[[], list[Finding]]] = [
         _switches,
         _set_variables,
+        _unknown_names,
         _routing_values,
         _record_capacity,
         _instrument,

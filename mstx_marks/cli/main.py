@@ -177,7 +177,7 @@ def _run_args(p: argparse.ArgumentParser) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from mstx_marks.base import env
-    from mstx_marks.launch.launcher import run
+    from mstx_marks.launch.launcher import CannotRun, run
 
     command = list(args.command)
     if command[:1] == ["--"]:
@@ -204,9 +204,20 @@ def _run(args: argparse.Namespace) -> int:
         print(f"error: nothing was started: {PROG} run refuses what the job would ignore",
               file=sys.stderr)  # fmt: skip
         return 2
-    code = run(command, given)
-    print(f"error: cannot run {command[0]!r} (exit {code})", file=sys.stderr)
-    return code
+    out = given.get(env.OUT) or env.text(env.OUT)
+    if out is not None:
+        from mstx_marks.export.out import cannot_write
+
+        # Said now, not by every process of the job hours later when it first writes.
+        problem = cannot_write(out)
+        if problem:
+            print(f"error: nothing was started: {problem}", file=sys.stderr)
+            return 2
+    try:
+        run(command, given)  # replaces this process: returns never
+    except CannotRun as exc:  # one line and the shell's status, no traceback
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.code
 
 
 def _coverage_args(p: argparse.ArgumentParser) -> None:

@@ -52,6 +52,7 @@ import multiprocessing
 import os
 import signal
 import socket
+import stat
 import sys
 import threading
 from dataclasses import dataclass, field
@@ -61,7 +62,7 @@ from typing import Any, Callable, Iterable, Mapping
 from mstx_marks.backends.base import Backend, Emitter, FaultReport
 from mstx_marks.backends.record import Recorder, default_recorder
 from mstx_marks.base import env
-from mstx_marks.base.diagnostics import warn_once
+from mstx_marks.base.diagnostics import warn, warn_once
 from mstx_marks.base.forking import after_fork_in_child, new_lock
 from mstx_marks.base.records import RankTrace
 from mstx_marks.core import routing as settings
@@ -69,7 +70,62 @@ from mstx_marks.export.ascend_db import ascend_db_path
 from mstx_marks.export.flush import chain_signal, export_rank, safe_role, signals_deferred
 from mstx_marks.export.spill import Spill
 
-__all__ = ["OutSession", "View", "flush_at_exit", "forget", "process_role", "record_to"]
+__all__ = [
+    "OutSession",
+    "View",
+    "cannot_write",
+    "flush_at_exit",
+    "forget",
+    "process_role",
+    "record_to",
+]
+
+
+def cannot_write(folder: str | Path) -> str | None:
+    """``"cannot write FOLDER: REASON"`` when ``folder`` (made when first written, with its
+    parents) cannot take files, as far as can be told without writing there; else None. What
+    activation and ``mstx-marks run --out`` say at once, rather than the exit hours later.
+
+    >>> import tempfile
+    >>> cannot_write(tempfile.mkdtemp()) is None
+    True
+    >>> file = tempfile.mkstemp()[1]
+    >>> cannot_write(file + "/prof") == f"cannot write {file}/prof: {file} is a file"
+    True
+    """
+    path = _absolute(folder)
+    shown = env.shown(path)
+    probe = path
+    while True:
+        try:
+            st = os.stat(probe)
+            break
+        except (FileNotFoundError, NotADirectoryError):  # made when first written: look above
+            if probe.parent == probe:
+                return f"cannot write {shown}: no folder of its path exists"
+            probe = probe.parent
+        except OSError as exc:  # a name too long, a loop of links, a folder we may not search
+            return f"cannot write {shown}: {exc.strerror or exc}"
+    if not stat.S_ISDIR(st.st_mode):
+        return f"cannot write {shown}: {'it' if probe == path else env.shown(probe)} is a file"
+    if os.access(probe, os.W_OK | os.X_OK):
+        return None
+    try:
+        read_only = bool(os.statvfs(probe).f_flag & os.ST_RDONLY)
+    except (OSError, AttributeError):
+        read_only = False
+    reason = "read-only file system" if read_only else "permission denied"
+    return f"cannot write {shown}: {reason}" + (
+        "" if probe == path else f" (in {env.shown(probe)})"
+    )
+
+
+def _absolute(folder: str | Path) -> Path:
+    """``folder`` made absolute now, once: a relative one would follow a later ``os.chdir``."""
+    try:
+        return Path(os.path.abspath(folder))
+    except OSError:  # the current folder was removed: nothing to resolve against
+        return Path(folder)
 
 
 def process_role() -> str:
@@ -166,15 +222,17 @@ class OutSession:
         by_role: bool = True,
         rank: int | None = None,
     ) -> None:
-        self.out_dir = Path(out_dir)
+        self.out_dir = _absolute(out_dir)
         self.interval = interval
         self.recorder = recorder if recorder is not None else default_recorder()
         self.views = [View(self.out_dir, by_role, rank)]
+        _say_if_unwritable(self.out_dir)
         #: Set when a signal ended a Ray worker: only the spill is written from then on.
         self.spill_only = False
         self._closed = False
         self._child = False
         self._late_writes = 0
+        self._lost_said = False
         # Re-entrant: a flush called from a signal handler on a thread already writing.
         self.lock = new_lock(reentrant=True)
         self._begin()
@@ -191,12 +249,15 @@ class OutSession:
 
     def view(self, out_dir: str | Path, *, by_role: bool, rank: int | None) -> View:
         """The view of ``out_dir`` with that naming, added if new: what a request joins."""
+        folder = _absolute(out_dir)
         with self.lock:
             for v in self.views:
-                if v.out_dir == Path(out_dir) and v.by_role == by_role and v.rank == rank:
+                if v.out_dir == folder and v.by_role == by_role and v.rank == rank:
                     return v
-            self.views.append(View(Path(out_dir), by_role, rank))
-            return self.views[-1]
+            view = View(folder, by_role, rank)
+            self.views.append(view)
+        _say_if_unwritable(folder)
+        return view
 
     def _loop(self) -> None:
         assert self.interval is not None
@@ -230,6 +291,9 @@ class OutSession:
             if self.spill_only:
                 return [spilled]
             written = [spilled, *self._write_views(self.views, spilled)]
+            if self.spill.lost and not self._lost_said:  # the folder took writes again later
+                warn(f"{self.spill.lost} of the {self.spill.events} events recorded are in no"
+                     f" file: {env.shown(self.out_dir)} refused them for too long")  # fmt: skip
             if self.recorder is default_recorder():
                 _write_late_ranges(self)
             return written
@@ -255,10 +319,18 @@ class OutSession:
         if self.spill.too_long_to_export():
             return [spilled]
         # Made from the spill: the recorder released what it spilled (constant memory).
-        trace = self.spill.read()
+        try:
+            trace = self.spill.read()
+        except (OSError, ValueError) as exc:  # (TraceFileError is a ValueError)
+            warn_once(("spill unread", str(spilled)), f"no Chrome trace or database written:"
+                      f" the spill cannot be read back ({env.shown(exc, 300)})")  # fmt: skip
+            return [spilled]
         written: list[Path] = []
         for view in views:
             if not trace.records:
+                if self.spill.unwritten:  # recorded, but in no file: not an empty recording
+                    self._say_lost(view, self.spill.failure or "its writes failed")
+                    continue
                 warn_once(
                     ("empty recording", str(view.out_dir)),
                     f"this process recorded no ranges, so {view.out_dir} gets none:"
@@ -266,9 +338,23 @@ class OutSession:
                 )
                 written += view.written  # an empty recording never replaces one with ranges
                 continue
-            view.written[:] = self._export(trace, view)
+            try:
+                view.written[:] = self._export(trace, view)
+            except OSError as exc:  # one folder that cannot be written spoils no other
+                self._say_lost(view, exc.strerror or str(exc))
+                continue
             written += view.written
         return written
+
+    def _say_lost(self, view: View, reason: str) -> None:
+        """At the exit's write, once per folder: what ``view`` did not get, and whether the
+        events are in any file at all."""
+        spill = self.spill
+        text = f"cannot write {env.shown(view.out_dir)}: {reason}: no Chrome trace or database"
+        if spill.out_dir == view.out_dir and spill.unwritten:
+            text += f"; {spill.unwritten} of the {spill.events} events recorded are in no file"
+            self._lost_said = True
+        warn_once(("lost at exit", str(view.out_dir)), text)
 
     def _export(self, trace: RankTrace, view: View) -> list[Path]:
         host, pid = socket.gethostname(), os.getpid()
@@ -350,6 +436,17 @@ def _write_late_ranges(session: OutSession) -> None:
             settings.configure(backend=_Late(backend, session))
     except Exception as exc:  # the exit's files are written; the late ones are a bonus
         warn_once(("late",), f"ranges recorded after the exit write may be lost ({exc})")
+
+
+def _say_if_unwritable(folder: Path) -> None:
+    """Say at once, when files are asked for, that ``folder`` cannot take them (not hours later,
+    at the exit); keyed as the spill's own first failure, so it is said once."""
+    problem = cannot_write(folder)
+    if problem:
+        warn_once(
+            ("cannot write", str(folder)),
+            f"{problem}; ranges are recorded, and wait in memory for it to become writable",
+        )
 
 
 def _why_empty(recorder: Recorder) -> str:

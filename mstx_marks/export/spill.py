@@ -14,12 +14,20 @@ then warns once and writes ``{"dropped": N}``, which every export carries on.
 Lines are written whole or not at all: a write cut short (a full disk) is undone and kept to be
 written again, and a reader skips (and counts) a torn line wherever it is. The file is opened
 with ``O_EXCL | O_NOFOLLOW`` (never through a planted link, never a file that exists: another
-process with the same host and pid gets a name of its own) in a folder that is ours.
+process with the same host and pid gets a name of its own) in a folder that is ours. A folder
+that refuses the write is named with the reason at the first failure (the lines wait in memory,
+up to 64 MB, then are counted as lost); a folder removed while the job runs (``rm -rf``) is
+made again at the next write, with what the removed file held copied over, and said once.
 
-The first line is a header (``{"mstx_marks_spill": 1, "pid", "host", "rank", "role", "run",
-"instance", "wall_ns", "mono_ns"}``); a final write ends with ``{"complete": true}``; later
-``{"rank": N}`` or ``{"role": R}`` lines update what became known (a rank once torch.distributed
-is up).
+The first line is a header (``{"mstx_marks_spill": 2, "pid", "host", "rank", "role", "run",
+"instance", "wall_ns", "mono_ns", "anchor_ns"}``); a final write ends with
+``{"complete": true}``; later ``{"rank": N}`` or ``{"role": R}`` lines update what became known
+(a rank once torch.distributed is up). Times are the monotonic clock plus ``anchor_ns`` (the
+wall clock less the monotonic one when the process began recording:
+:func:`~mstx_marks.backends.record.now_ns`), so durations are monotonic and processes share the
+wall clock's axis; ``{"clock_step_ns": N}`` says that the wall clock has since moved N ns against
+the monotonic one (an NTP step): the times stay on the anchor's axis, N from a wall clock read
+now.
 
 Events come as blocks, the recorder's columns copied as they are: ``["c", n, keys, starts,
 ends, threads]``, each column the base64 of its little-endian array (keys and thread numbers
@@ -66,7 +74,9 @@ from mstx_marks.backends.record import (
     Block,
     DrainCursor,
     Recorder,
+    anchor_ns,
     block_records,
+    clock_step_ns,
     native_thread_ids,
 )
 from mstx_marks.base import env
@@ -82,7 +92,15 @@ from mstx_marks.base.records import (
 )
 from mstx_marks.export.files import UnsafeOutput, open_new_file, open_regular, our_folder
 
-__all__ = ["EXPORT_FACTOR", "MAX_LINE", "SPILL_SUFFIX", "Spill", "read_spill", "spill_path"]
+__all__ = [
+    "CLOCK_STEP_NS",
+    "EXPORT_FACTOR",
+    "MAX_LINE",
+    "SPILL_SUFFIX",
+    "Spill",
+    "read_spill",
+    "spill_path",
+]
 
 SPILL_SUFFIX = ".jsonl"
 # Slots per drain: a block line of about 260 KB (under MAX_LINE). Half a chunk: the exit's last
@@ -98,6 +116,9 @@ _INT64 = 1 << 63
 _READ_BATCH_BYTES = 4 << 20
 #: The exit exports are made for up to this many times the recorder's capacity of events.
 EXPORT_FACTOR = 2
+#: A move of the wall clock against the monotonic one this large is a step, written and said
+#: (two clocks read one after the other differ by microseconds; NTP steps past 128 ms).
+CLOCK_STEP_NS = 100_000_000
 # The recorders a spill drains: a second spill of the same recorder must not release chunks the
 # first has not written yet, so only the sole spill of a recorder releases.
 _spills_of: dict[int, weakref.WeakSet[Spill]] = {}
@@ -190,6 +211,7 @@ class Spill:
         run: str | None = None,
     ) -> None:
         self.path = spill_path(out_dir)
+        self.out_dir = Path(out_dir)
         self.recorder = recorder
         self.rank, self.role = rank, role
         self._run = run
@@ -207,6 +229,16 @@ class Spill:
         self._dropped_written = 0
         #: Encoded lines the disk refused (full): written first at the next write.
         self._pending = b""
+        #: Events in ``_pending``, events in the file, and events given up (they waited past
+        #: ``_MAX_PENDING`` for a folder that would not take them).
+        self._pending_events = self._file_events = self.lost = 0
+        #: Why the last write failed (None after a write that worked).
+        self.failure: str | None = None
+        #: The descriptor of our file after its folder was removed (it still holds what was
+        #: written): copied into the file made again in its place.
+        self._orphan: int | None = None
+        self._started = False  # whether the file has its first lines
+        self._step_written = 0  # the wall clock's step the file last said (clock_step_ns)
         #: Whether the last line on disk is the ``complete`` mark (nothing written since).
         self._complete = False
         self._registered = False
@@ -251,6 +283,8 @@ class Spill:
             # One clock pair per process: wall time to align processes, monotonic to order.
             "wall_ns": time.time_ns(),
             "mono_ns": time.monotonic_ns(),
+            # The events' times are mono + anchor (record.now_ns): durations monotonic.
+            "anchor_ns": anchor_ns(),
         }
 
     def _open(self) -> int:
@@ -299,6 +333,18 @@ class Spill:
 
     def _meta(self) -> list[dict[str, object]]:
         meta: list[dict[str, object]] = []
+        step = clock_step_ns()
+        if abs(step - self._step_written) >= CLOCK_STEP_NS:
+            meta.append({"clock_step_ns": step})
+            self._step_written = step
+            warn_once(
+                ("clock step", id(self)),
+                f"the wall clock moved {step / 1e9:+.3f} s against the monotonic clock while"
+                " this process recorded (an NTP step, a clock set by hand, a suspend):"
+                " durations are unaffected (monotonic); this process's times stay on the wall"
+                " clock as it read at the start, which may put them that far from those of"
+                f" processes started since (the spill says it: clock_step_ns in {self.path})",
+            )
         if self.rank != self._written_rank:
             meta.append({"rank": self.rank})
         if self.role != self._written_role:
@@ -345,25 +391,126 @@ class Spill:
         # Events a block does not carry are few (ranges that outlived a write, events with args).
         lines = [_dumps(_line(e)) for e in events] + [json.dumps(m) for m in meta]
         parts.append(_utf8("\n".join(lines)))
-        self.events += len(events) + sum(b.events for b in blocks)
+        count = len(events) + sum(b.events for b in blocks)
+        self.events += count
+        self._pending_events += count
         data = b"\n".join([p for p in parts if p] + [b""])  # (the last line's end)
         if self._pending:
             data = self._pending + data
-        self._pending = data if len(data) <= _MAX_PENDING else b""  # until it is on disk
+        self._pending = data  # until it is on disk
         self._complete = final
         self._written_rank, self._written_role = self.rank, self.role
         self._dropped_written = self.recorder.dropped
-        if self._fd is None:
-            self._fd = self._open()
-            data = (json.dumps(self._header()) + "\n").encode() + data
-        self._write_whole(data)
+        try:
+            if self._fd is not None and not self._still_there(self._fd):
+                self._orphan, self._fd = self._fd, None
+            if self._fd is None:
+                self._fd, self._started = self._open(), False
+            if not self._started:  # the file's first lines: its header, or the removed file's
+                removed = self._orphan is not None
+                if not self._copy_orphan(self._fd):
+                    self._write_whole(self._first_lines(tables=removed))
+                self._started = True
+            self._write_whole(data)
+        except OSError as exc:
+            self._failed(exc)
+            self._give_up_past_limit()
+            raise
+        self._pending, self.failure = b"", None
+        self._file_events += self._pending_events
+        self._pending_events = 0
+
+    def _first_lines(self, *, tables: bool) -> bytes:
+        """A new file's header; with ``tables``, also every name and thread number defined so
+        far (a file made again whose old content was lost: later blocks use those keys)."""
+        lines = [json.dumps(self._header())]
+        if tables and self._names_sent > 1:
+            names = self.recorder.names(1)[: self._names_sent - 1]
+            lines.append(_dumps({"names": [1, names]}))
+        if tables and self._threads_sent:
+            threads = native_thread_ids(0)[: self._threads_sent]
+            lines.append(json.dumps({"threads": [0, threads]}))
+        return _utf8("\n".join(lines) + "\n")
+
+    def _give_up_past_limit(self) -> None:
+        """Lines that waited past :data:`_MAX_PENDING` are given up: their events counted in
+        :attr:`lost` and said, and the name and thread tables sent again with the next block
+        (the lines given up defined some of the keys later blocks use)."""
+        if len(self._pending) <= _MAX_PENDING:
+            return
+        self._pending = b""
+        self.lost += self._pending_events
+        self._pending_events = 0
+        self._names_sent, self._threads_sent = 1, 0
+        warn_once(
+            ("spill lost", id(self)),
+            f"cannot write {env.shown(self.out_dir)}: {self.failure}: {self.lost} events waited"
+            f" past {_MAX_PENDING >> 20} MB for it and are lost (the exit says how many in"
+            " all)",
+        )
+
+    def _failed(self, exc: OSError) -> None:
+        first = self.failure is None
+        self.failure = exc.strerror or str(exc) or type(exc).__name__
+        if first:  # (said once for the folder: activation may have said it already)
+            warn_once(
+                ("cannot write", str(self.out_dir)),
+                f"cannot write {env.shown(self.out_dir)}: {self.failure}; the events wait in"
+                f" memory (at most {_MAX_PENDING >> 20} MB) for a write there that works",
+            )
+
+    def _still_there(self, fd: int) -> bool:
+        """Whether our file is still at :attr:`path` (its folder may have been removed, say by
+        ``rm -rf`` while the job ran: writes would go on into a file no one can open)."""
+        try:
+            here, ours = os.stat(self.path), os.fstat(fd)
+        except OSError:
+            return False
+        return (here.st_dev, here.st_ino) == (ours.st_dev, ours.st_ino)
+
+    def _copy_orphan(self, fd: int) -> bool:
+        """Copy what the removed file held into ``fd``, the file made again in its place; whether
+        it was (no orphan, or none to copy: the caller writes a header). Read through
+        ``/proc/self/fd``, where the open descriptor still reaches the removed file (Linux)."""
+        orphan = self._orphan
+        if orphan is None:
+            return False
+        self._orphan = None
+        copied = False
+        try:
+            with open(f"/proc/self/fd/{orphan}", "rb") as src:
+                while chunk := src.read(1 << 20):
+                    self._write_whole(chunk)
+                    copied = True
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, 0)
+            copied = False
+        finally:
+            with contextlib.suppress(OSError):
+                os.close(orphan)
+        if copied:
+            kept = f"the {self._file_events} events spilled before are kept (copied)"
+        else:
+            kept = f"the {self._file_events} events spilled before are lost"
+            self.lost += self._file_events
+            self._file_events = 0
+        warn_once(
+            ("folder removed", str(self.out_dir)),
+            f"{env.shown(self.out_dir)} was removed while the job ran: made again; {kept}",
+        )
+        return copied
+
+    @property
+    def unwritten(self) -> int:
+        """Events recorded but in no file: waiting for a write that works, or given up."""
+        return self._pending_events + self.lost
 
     def _write_whole(self, data: bytes) -> None:
-        """Write ``data`` (whole lines) or nothing: a write cut short (a full disk) is undone and
-        ``data`` kept to be written first next time (up to :data:`_MAX_PENDING`)."""
+        """Write ``data`` (whole lines) or nothing: a write cut short (a full disk) is undone
+        (the caller keeps the lines to write first next time, up to :data:`_MAX_PENDING`)."""
         fd = self._fd
         assert fd is not None
-        self._pending = b""
         start = os.lseek(fd, 0, os.SEEK_END)
         done = 0
         try:
@@ -375,7 +522,6 @@ class Spill:
         except OSError:
             with contextlib.suppress(OSError):
                 os.ftruncate(fd, start)  # undo the torn part: lines whole, or none
-            self._pending = data if len(data) <= _MAX_PENDING else b""
             raise
 
     @property
@@ -403,11 +549,21 @@ class Spill:
         """Everything this spill wrote (and what the disk still refused), as one trace: what the
         exit exports are made from once the recorder released what was spilled."""
         with self._lock:
-            pending = self._pending
-        if not self.path.exists() and not pending:
-            return RankTrace(self.rank, [], role=self.role, run=self.run, instance=self.instance,
-                             dropped=self.recorder.dropped)  # fmt: skip
-        trace = read_spill(self.path, extra=pending)
+            pending, started = self._pending, self._started
+        if not started or not self.path.exists():
+            if not pending:
+                return RankTrace(self.rank, [], role=self.role, run=self.run,
+                                 instance=self.instance, dropped=self.recorder.dropped)  # fmt: skip
+            # Its folder never took a line: read what waits through a file of its own, so the
+            # exports can still go to the folders that can be written.
+            import tempfile
+
+            with tempfile.TemporaryDirectory(prefix="mstx_marks-") as tmp:
+                alone = Path(tmp) / self.path.name
+                alone.write_bytes((json.dumps(self._header()) + "\n").encode() + pending)
+                trace = read_spill(alone)
+        else:
+            trace = read_spill(self.path, extra=pending)
         trace.dropped = max(trace.dropped, self.recorder.dropped)
         return trace
 

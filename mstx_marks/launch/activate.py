@@ -6,13 +6,17 @@ entry points (``vllm.general_plugins`` in vLLM's EngineCore and worker processes
 launcher's start-up hook (``mstx-marks run -- CMD``, for every child Python process), or from
 Ray's ``worker_process_setup_hook="mstx_marks.activate"``. It then:
 
-- ``MSTX_MARKS_OUT=DIR``: records every range and writes them under DIR (:mod:`.export.out`);
+- ``MSTX_MARKS_OUT=DIR``: records every range and writes them under DIR (:mod:`.export.out`),
+  DIR made absolute first, in the environment too, so neither a later ``os.chdir`` nor a child
+  started in another folder moves it;
 - ``MSTX_MARKS_INSTRUMENT=verl,vllm,...``: arms those presets (patched when imported);
 - ``MSTX_MARKS_SAMPLE="PHASE=POLICY;..."``: samples those phases in the presets;
 - ``MSTX_MARKS_CAPTURE="RECIPE:wait=..;..."``: arms those profiler recipes.
 
 With no ``MSTX_MARKS_*`` variable set it does nothing at all. It never raises: a bad value
-warns once, naming the variable, the value and the rule, and the job runs on.
+warns once, naming the variable, the value (cut: :func:`~mstx_marks.base.env.quoted`) and the
+rule, and the job runs on; a name with our prefix that is no variable (a typo) warns with the
+closest known name.
 
 >>> parse_instrument("verl, vllm")
 ('verl', 'vllm')
@@ -46,6 +50,7 @@ def parse_instrument(text: str | None) -> tuple[str, ...]:
     from mstx_marks.capture.presets import preset_name
 
     names: list[str] = []
+    unknown: list[str] = []
     for raw in (text or "").split(","):
         name = raw.strip().lower().replace("-", "_")
         if not name:
@@ -53,21 +58,28 @@ def parse_instrument(text: str | None) -> tuple[str, ...]:
         try:
             name = preset_name(name)
         except ValueError as exc:
-            warn(f"ignoring {name[:_QUOTE]!r} in {env.INSTRUMENT}={_quoted(text or '')}: {exc}")
+            if not unknown:  # the first with its reason (the closest name); the rest counted
+                # (the reason quotes the name too: cut, as long as its list of presets)
+                unknown.append(f"{env.quoted(name)}: {str(exc)[: 2 * env.QUOTE].strip()}")
+            elif len(unknown) <= _NAMED:
+                unknown.append(env.quoted(name))
+            else:
+                unknown.append("")
             continue
         if name not in names:
             names.append(name)
+    if unknown:
+        # One warning for the variable: 3,000 bad names must not be 3,000 lines.
+        rest = [u for u in unknown[1:] if u]
+        more = f"; also unknown: {', '.join(rest)}" if rest else ""
+        if len(unknown) - 1 > len(rest):
+            more += f" (and {len(unknown) - 1 - len(rest)} more)"
+        warn(f"ignoring {unknown[0]}{more} in {env.INSTRUMENT}={env.quoted(text or '')}")
     return tuple(names)
 
 
-#: How much of a bad value a warning quotes.
-_QUOTE = 120
-
-
-def _quoted(text: str) -> str:
-    """``repr(text)``, cut to :data:`_QUOTE` characters (a warning never repeats a huge value)."""
-    shown = repr(text)
-    return shown if len(shown) <= _QUOTE else f"{shown[:_QUOTE]}... ({len(text)} characters)"
+#: How many unknown preset names after the first a warning names.
+_NAMED = 5
 
 
 def parse_samples(text: str | None) -> dict[str, Policy]:
@@ -100,12 +112,12 @@ def parse_samples(text: str | None) -> dict[str, Policy]:
             found[key] = parse_policy(policy)
         except ValueError as exc:
             if not bad:
-                bad.append(f"{_quoted(pair.strip())}: {str(exc)[:_QUOTE]}")
+                bad.append(f"{env.quoted(pair.strip())}: {str(exc)[: env.QUOTE]}")
             else:
                 bad.append("")
     if bad:
         more = f" (and {len(bad) - 1} more bad pairs)" if len(bad) > 1 else ""
-        warn(f"ignoring {bad[0]}{more} in {env.SAMPLE}={_quoted(text or '')}")
+        warn(f"ignoring {bad[0]}{more} in {env.SAMPLE}={env.quoted(text or '')}")
     return found
 
 
@@ -117,6 +129,8 @@ def activate() -> None:
         if _done_in is not None or not env.any_set():
             return
         _done_in = os.getpid()
+    for line in env.unknown_names():
+        warn(line)
     if env.off():  # the hard off switch: nothing is patched, nothing recorded, said once
         asked = [v for v in (env.OUT, env.INSTRUMENT, env.CAPTURE) if env.text(v) is not None]
         if asked:
@@ -145,7 +159,7 @@ def _activate() -> None:
     if out is not None:
         from mstx_marks.export.out import record_to
 
-        record_to(out)
+        record_to(_absolute_out(out))
     frameworks = parse_instrument(env.text(env.INSTRUMENT))
     if frameworks:
         from mstx_marks.capture.presets import arm
@@ -159,3 +173,17 @@ def _activate() -> None:
         from mstx_marks.profiling.recipes import arm_from_text
 
         arm_from_text(capture)
+
+
+def _absolute_out(out: str) -> str:
+    """``MSTX_MARKS_OUT`` as an absolute path, resolved now and put back in the environment: a
+    relative one would follow the program's later ``os.chdir`` (the exit's files landing
+    elsewhere, or nowhere), and the processes it starts, in other folders, would each read it
+    against their own."""
+    try:
+        folder = os.path.abspath(out)
+    except OSError as exc:  # the current folder was removed: nothing to resolve against
+        warn(f"{env.OUT}={env.quoted(out)} is relative and the current folder is gone ({exc})")
+        return out
+    os.environ[env.OUT] = folder
+    return folder
