@@ -115,7 +115,6 @@ _MASK = _CHUNK - 1
 _OPEN = 0  # end column value of a range that has not ended
 _INSTANT = -1  # end column value of an instant event
 _GIVEN_UP = -2  # end column value of a slot whose start was interrupted before its key was set
-_NO_NAMES: dict[str, int] = {}
 _get_tid = threading.get_native_id
 # Placeholders in the chunk lists: a chunk freed after a release (its ends still take a stray
 # late write), and a chunk never held because the recorder was full (its slots were dropped).
@@ -308,19 +307,22 @@ class Recorder(Backend):
             if i >= self._limit:
                 return self._drop()
             chunk, off = i >> _SHIFT, i & _MASK
-            # No nested `try` in here: an exception raised at a nested try's own line escapes
-            # this handler (CPython 3.11, seen with a tracer that raises at each line).
-            if chunk >= len(self._starts):  # _starts gets a chunk last: every column has it
+            try:  # _starts gets a new chunk last, so every column has it once _starts does
+                starts = self._starts[chunk]
+            except IndexError:
                 self._grow(chunk)
-            starts = self._starts[chunk]
+                starts = self._starts[chunk]
             if starts is _VOID:
                 return self._drop()
-            number = getattr(_tls, "number", None)
-            self._tids[chunk][off] = _thread_number() if number is None else number
+            try:
+                self._tids[chunk][off] = _tls.number
+            except AttributeError:
+                self._tids[chunk][off] = _thread_number()
             self._ends[chunk][off] = _end
             starts[off] = monotonic_ns() + _anchor
-            key = self._key_of.get(domain, _NO_NAMES).get(name)
-            if key is None:
+            try:
+                key = self._key_of[domain][name]
+            except KeyError:
                 key = self._new_key(name, domain)
             self._keys[chunk][off] = key  # last: a slot with a key is complete (drain reads it)
             return self._base + i + 1
