@@ -178,3 +178,29 @@ def test_the_report_renders_in_headless_chromium(
         if row[x : x + bpp] != background and len(set(row[x : x + 3])) > 1
     )
     assert colored > 500, "the timeline's coloured bars are on the screenshot"
+
+
+def test_a_page_of_folded_phases_renders_its_legend_and_table_in_chromium(
+    tmp_path: Path,
+) -> None:
+    """Past the cut, the legend and the table end with one entry for the other phases, drawn
+    grey; the page renders as before."""
+    chromium = _chromium()
+    trace = synthetic_rank(0, steps=3, tokens=4)
+    trace.records += [rng(f"op_{i}", 3100 + 10 * i, 3105 + 10 * i) for i in range(30)]
+    page = tmp_path / "report.html"
+    page.write_text(render_html([trace], summarize([trace]), max_phases=5))
+    home = tmp_path / "home"
+    dom = subprocess.run(
+        [chromium, "--headless", "--disable-gpu", "--no-sandbox", "--window-size=1400,900",
+         "--virtual-time-budget=3000", "--dump-dom", page.as_uri()],
+        capture_output=True, text=True, timeout=120, env={**os.environ, "HOME": str(home)},
+    )  # fmt: skip
+    assert 'data-rendered="ok"' in dom.stdout, dom.stderr[-2000:]
+    assert not re.search(r"<html[^>]*data-errors", dom.stdout)
+    legend = re.search(r"<div class=\"legend\" id=\"legend\">(.*?)</div>", dom.stdout, re.S)
+    # the 5 longest, the step, the instant, the others
+    assert legend and legend.group(1).count("<span>") == 5 + 1 + 1 + 1
+    assert "(28 other phases)" in legend.group(1)  # of 33: gen, its decodes, update, 30 ops
+    row = r'<tr class="other"><td class="name"[^>]*>\(28 other phases\)</td><td>all</td><td>28<'
+    assert re.search(row, dom.stdout)

@@ -17,7 +17,9 @@ holds:
   the table still counts them all).
 - **the per-phase table**: per phase its row across ranks and a row per rank (click the phase to
   fold them), inclusive step %, self time and self %, an ``(unmarked)`` row per role, and a
-  note saying why the shares may pass 100 % (click a heading to sort by it);
+  note saying why the shares may pass 100 % (click a heading to sort by it). Each role's
+  :data:`~mstx_marks.analysis.top_phases.MAX_PHASES` phases of most time have a row, a colour
+  and a legend entry; the others one row, one grey, one entry (``max_phases=None``: all);
 - **rank imbalance**: per role and phase run on several ranks, each rank's total as a bar on a
   scale (ms, with the mean dashed), the slowest rank named with its total over the fastest's,
   like msprof-analyze's slow-rank view. Roles are never mixed: the trainer, the FSDP workers and
@@ -39,14 +41,17 @@ import colorsys
 import html
 import json
 import zlib
+from collections import Counter
 from pathlib import Path
 from typing import Any, Sequence
 
-from mstx_marks.analysis.aggregate import Stats, Summary
+from mstx_marks.analysis.aggregate import PhaseSummary, Stats, Summary
 from mstx_marks.analysis.mark_pairs import pair_marks
 from mstx_marks.analysis.stages import range_name
 from mstx_marks.analysis.steps import StepOptions, find_steps, fold_name
-from mstx_marks.analysis.timeline import assign_lanes
+from mstx_marks.analysis.summary_text import cut, run_line
+from mstx_marks.analysis.timeline import OTHER_COLOR, assign_lanes
+from mstx_marks.analysis.top_phases import MAX_PHASES, OtherPhases, top_phases
 from mstx_marks.base.records import InstantRecord, RangeRecord, RankTrace, Record
 from mstx_marks.export import atomic_write_bytes
 
@@ -54,6 +59,7 @@ __all__ = [
     "MAX_BARS",
     "MAX_MARKS",
     "MIN_BAR_PX",
+    "OTHER_COLOR",
     "PHASE_COLORS",
     "phase_color",
     "render_html",
@@ -117,6 +123,15 @@ def _stats_row(s: Stats) -> dict[str, Any]:
     }  # fmt: skip
 
 
+def _other_row(o: OtherPhases) -> dict[str, Any]:
+    return {
+        "role": o.role, "name": o.label, "phases": o.phases, "count": o.count,
+        "total": _ms(o.total_ns), "max": _ms(o.max_ns), "share": _pct(o.step_share),
+        "self": None if o.self_ns is None else _ms(o.self_ns), "self_share": _pct(o.self_share),
+        "automatic": o.automatic,
+    }  # fmt: skip
+
+
 def _pct(share: float | None) -> float | None:
     return None if share is None else round(100 * share, 2)
 
@@ -150,8 +165,38 @@ def _breakdown(summary: Summary) -> tuple[list[dict[str, Any]], list[str]]:
     return unmarked, beyond
 
 
+def _coloured(
+    drawn: Sequence[tuple[RankTrace, Record]],
+    shown: Sequence[PhaseSummary],
+    limit: int | None,
+) -> set[str] | None:
+    """The names the timeline colours and its legend lists, when not every drawn one (None):
+    past ``limit`` names, the phases the table shows and the ``limit`` most frequent instants;
+    the others are drawn grey, one legend entry for them all."""
+    named: Counter[str] = Counter()
+    instants: Counter[str] = Counter()
+    for _, r in drawn:
+        name = _drawn_name(r)
+        named[name] += 1
+        if isinstance(r, InstantRecord):
+            instants[name] += 1
+    if limit is None or len(named) <= limit:
+        return None
+    return {p.name for p in shown} | {name for name, _ in instants.most_common(limit)}
+
+
+def _drawn_name(r: Record) -> str:
+    """The phase a range or an instant is drawn as (folded as the summary folds it)."""
+    if isinstance(r, RangeRecord):
+        return fold_name(range_name(r.name, r.domain))
+    return fold_name(r.name)
+
+
 def report_data(
-    traces: Sequence[RankTrace], summary: Summary, steps: StepOptions | None = None
+    traces: Sequence[RankTrace],
+    summary: Summary,
+    steps: StepOptions | None = None,
+    max_phases: int | None = MAX_PHASES,
 ) -> dict[str, Any]:
     """What the page draws, as plain JSON data (times in microseconds from ``origin_ns``);
     ``steps`` says how steps are found (:mod:`mstx_marks.analysis.steps`).
@@ -159,7 +204,22 @@ def report_data(
     ``groups`` are the lane groups, one per role and rank (a header lane, then each thread's
     lanes); ``bars`` are ``[lane, start, duration, name, args, open, raw name or 0]`` and
     ``marks`` (instants) ``[lane, time, name, args, raw name or 0]``, ``name`` an index into
-    ``names`` (and ``colors``), ``args`` into ``args`` (-1: none)."""
+    ``names``, ``args`` into ``args`` (-1: none).
+
+    ``phases`` (the table) are each role's ``max_phases`` phases of most time, ``others`` a row
+    per role for the rest (:mod:`~mstx_marks.analysis.top_phases`; ``None``: every phase). The
+    names past ``colors`` (``folded`` of them, cut to a table's width) are drawn in
+    ``other_color`` under one legend entry: a page of 50,000 names stays a few MB and opens at
+    once.
+
+    >>> from mstx_marks.analysis.summary import summarize
+    >>> t = [RankTrace(0, [RangeRecord(f"op{i}", "default", i, 2 * i, 1, 1) for i in range(9)])]
+    >>> data = report_data(t, summarize(t), max_phases=3)
+    >>> [p["name"] for p in data["phases"]], data["others"][0]["name"], data["folded"]
+    (['op6', 'op7', 'op8'], '(6 other phases)', 6)
+    >>> data["names"][:3], len(data["colors"])  # coloured first; hovering a grey bar names it
+    (['op6', 'op7', 'op8'], 3)
+    """
     traces = sorted(traces, key=lambda t: t.member)
     paired = [(t, pair_marks(t.records)) for t in traces]
     every = [(t, r) for t, recs in paired for r in recs if isinstance(r, RangeRecord)]
@@ -171,7 +231,9 @@ def report_data(
     times = [r.start_ns for _, r in every] + [r.start_ns for _, r in instants]
     origin = min(times, default=0)
     end = max([r.end_ns for _, r in every] + [r.start_ns for _, r in instants], default=origin)
-    names: dict[str, int] = {}
+    shown, others = top_phases(summary, max_phases)
+    coloured = _coloured([*every, *instants], shown, max_phases)
+    names: dict[str, int] = {}  # by first drawn, as named here; numbered below
     args: dict[str, int] = {}
 
     def arg_index(r: Record) -> int:
@@ -225,12 +287,21 @@ def report_data(
             "rank": member.rank, "role": member.role, "label": member.label, "top": top,
             "lanes": lane - top, "tracks": tracks, "pids": sorted(pids),
         })  # fmt: skip
+    # The coloured names first, so that a name's index says whether it has a colour.
+    order = sorted(names, key=lambda n: (coloured is not None and n not in coloured, names[n]))
+    number = {n: i for i, n in enumerate(order)}
+    index = [number[n] for n in names]
+    for bar in bars:
+        bar[3] = index[bar[3]]
+    for mark in marks:
+        mark[2] = index[mark[2]]
+    n_coloured = len(order) if coloured is None else sum(n in coloured for n in order)
     step_marks = []
     for t in traces:
         for s in find_steps(t, steps):
             step_marks.append([t.rank, round((s.start_ns - origin) / 1000, 3), s.key, t.role])
     phases = []
-    for p in summary.phases:
+    for p in shown:
         o = p.overall
         phases.append({
             "role": p.role, "name": p.name, **_stats_row(o),
@@ -247,8 +318,11 @@ def report_data(
         "groups": groups,
         "bars": bars,
         "marks": marks,
-        "names": list(names),
-        "colors": [phase_color(n) for n in names],
+        "names": order[:n_coloured] + [cut(n) for n in order[n_coloured:]],
+        "colors": [phase_color(n) for n in order[:n_coloured]],
+        "folded": len(order) - n_coloured,
+        "other_color": OTHER_COLOR,
+        "others": [_other_row(o) for o in others],
         "args": list(args),
         "steps": step_marks,
         "phases": phases,
@@ -259,6 +333,7 @@ def report_data(
         "roles": summary.roles,
         "members": [m.label for m in summary.members()],
         "min_bar_px": MIN_BAR_PX,
+        "max_phases": max_phases,
     }
 
 
@@ -279,7 +354,8 @@ table{border-collapse:collapse}th,td{padding:2px 8px;text-align:right;border-bot
 th{cursor:pointer;background:#f4f4f4;position:sticky;top:0}
 th:first-child,td:first-child,th[data-key=name]{text-align:left}
 td.name{text-align:left;white-space:nowrap}td.name b{cursor:pointer;color:#555;font-weight:normal}
-tr.rank td{color:#666;font-size:12px;background:#fafafa}tr.unmarked td{font-style:italic}
+tr.rank td{color:#666;font-size:12px;background:#fafafa}
+tr.unmarked td,tr.other td{font-style:italic}
 #imbalance{display:flex;flex-wrap:wrap;gap:12px 28px}.card{width:300px;font-size:12px}
 .chart{display:flex;gap:4px;margin:4px 0 0}.yaxis{display:flex;flex-direction:column;
 justify-content:space-between;text-align:right;color:#666;font-size:10px;height:60px;min-width:44px}
@@ -294,11 +370,12 @@ border-left:1px solid #999;border-bottom:1px solid #999}
 _SCRIPT = r"""
 (function(){
 const D = JSON.parse(document.getElementById('data').textContent);
-const color = i => D.colors[i] || '#888888';
-const ink = D.colors.map(c => {  // dark text on light colours, white on dark ones
+const color = i => D.colors[i] || D.other_color;  // past the colours: the other phases
+const inkOf = c => {  // dark text on light colours, white on dark ones
   const n = parseInt(c.slice(1), 16);
   return 0.299 * (n >> 16) + 0.587 * (n >> 8 & 255) + 0.114 * (n & 255) > 160 ? '#111' : '#fff';
-});
+};
+const ink = D.colors.map(inkOf), otherInk = inkOf(D.other_color);
 const LEFT = 230, AXIS = 26, RIGHT = 12;
 const tl = document.getElementById('tl'), tip = document.getElementById('tip');
 const ax = document.createElement('canvas'); ax.id = 'axis'; tl.appendChild(ax);
@@ -403,7 +480,7 @@ function draw() {
     ctx.fillRect(x, y, w, LANE - 3);
     if (b[5]) { ctx.strokeStyle = '#111'; ctx.setLineDash([3, 2]);
       ctx.strokeRect(x, y, w, LANE - 3); ctx.setLineDash([]); }
-    if (w > 36) { ctx.fillStyle = ink[b[3]];
+    if (w > 36) { ctx.fillStyle = ink[b[3]] || otherInk;
       const label = clip(b[6] || D.names[b[3]], w - 6, ctx);
       ctx.fillText(label, Math.max(x, LEFT) + 3, y + LANE / 2 - 1); }
     drawn++;
@@ -529,9 +606,11 @@ function findMark(lane, px) {
 }
 // legend
 const legend = document.getElementById('legend');
-D.names.forEach((n, i) => {
+const entries = D.colors.map((c, i) => [D.names[i], c]);
+if (D.folded) entries.push(['(' + D.folded.toLocaleString('en') + ' other phases)', D.other_color]);
+entries.forEach(([n, col]) => {
   const s = document.createElement('span'), c = document.createElement('i');
-  c.style.background = color(i); s.appendChild(c); s.appendChild(document.createTextNode(n));
+  c.style.background = col; s.appendChild(c); s.appendChild(document.createTextNode(n));
   legend.appendChild(s);
 });
 // phase table: per phase, its row across ranks and one row per rank (click the phase to fold)
@@ -595,6 +674,13 @@ function rows() {
         else cell(rt, k, r[k]);
       }
     }
+  }
+  for (const o of D.others) {  // the phases past the cut, summed: after the others shown
+    const tr = body.insertRow(); tr.className = 'other';
+    for (const [k] of cols) cell(tr, k, k === 'rank' ? 'all' : o[k] === undefined ? '' : o[k]);
+    const label = tr.cells[manyRoles ? 1 : 0]; label.className = 'name';
+    label.title = o.phases + ' phases beyond the ' + D.max_phases +
+      ' of most total time, summed (the JSON and CSV hold every one)';
   }
   for (const u of D.unmarked) {
     const tr = body.insertRow(); tr.className = 'unmarked';
@@ -669,9 +755,11 @@ def render_html(
     summary: Summary,
     steps: StepOptions | None = None,
     title: str = "mstx_marks report",
+    max_phases: int | None = MAX_PHASES,
 ) -> str:
-    """The page for ``traces`` and their ``summary``, as one string."""
-    data = report_data(traces, summary, steps)
+    """The page for ``traces`` and their ``summary``, as one string (``max_phases``: as
+    :func:`report_data` says)."""
+    data = report_data(traces, summary, steps, max_phases)
     # Inside <script>, "</" ends the block and "<!--" starts an escaped state that hides it:
     # "<" as \u003c (JSON's own escape) leaves neither, and the data the same.
     payload = json.dumps(data, default=str, separators=(",", ":")).replace("<", "\\u003c")
@@ -704,12 +792,14 @@ def render_html(
             + ", ".join(html.escape(r) for r in roles)
             + f") on {who}"
         )
+    runs = run_line(summary)
+    runs = f"{html.escape(runs)}.<br>" if runs else ""
     return (
         "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
         f"<title>{html.escape(title)}</title><style>{_STYLE}</style>"
         f"<script>{_CATCH}</script></head><body>"
         f"<h1>{html.escape(title)}</h1>"
-        f"<p>{who}, {len(data['bars'])} ranges and {len(data['marks'])} instants drawn.</p>"
+        f"<p>{runs}{who}, {len(data['bars'])} ranges and {len(data['marks'])} instants drawn.</p>"
         f"{note}<div class='legend' id='legend'></div>"
         "<div id='bar'><button id='zin' title='zoom in'>+</button>"
         "<button id='zout' title='zoom out'>&minus;</button>"
@@ -729,6 +819,9 @@ def write_html_report(
     traces: Sequence[RankTrace],
     summary: Summary,
     steps: StepOptions | None = None,
+    *,
+    max_phases: int | None = MAX_PHASES,
 ) -> Path:
     """Write :func:`render_html` to ``path`` atomically and return the path."""
-    return atomic_write_bytes(path, render_html(traces, summary, steps).encode())
+    page = render_html(traces, summary, steps, max_phases=max_phases)
+    return atomic_write_bytes(path, page.encode())

@@ -77,6 +77,7 @@ from mstx_marks.analysis.steps import (
 )
 from mstx_marks.analysis.stream import StreamAggregator, TooLargeToHold
 from mstx_marks.analysis.summary_text import format_csv, format_json, format_table, printable
+from mstx_marks.analysis.top_phases import MAX_PHASES
 from mstx_marks.base.records import Member, RankTrace, TraceFileError
 
 __all__ = [
@@ -473,13 +474,19 @@ def run_summary(
     steps: StepOptions | None = None,
     jobs: int | None = None,
     run: str | None = None,
+    all_phases: bool = False,
 ) -> int:
     """Print the summary of the traces under ``path`` as ``fmt`` (table, csv, json); draw the
     timeline to ``svg``, write the HTML report to ``html`` and the merged job timeline (Chrome /
     Perfetto JSON) to ``trace``. Returns the exit code: 0, or 1 when a file or folder could not
     be read (the others are still summarised) or none was found, or 2 when an output file's
     folder does not exist (checked first) or it cannot be written. ``run``: which run of the
-    job (an id, or ``"all"``; default the newest, named when there are several)."""
+    job (an id, or ``"all"``; default the newest, named when there are several).
+
+    The table, the HTML report and the SVG legend show each role's
+    :data:`~mstx_marks.analysis.top_phases.MAX_PHASES` phases of most time and one row for the
+    rest; ``all_phases`` shows every one. The CSV and JSON always hold every phase."""
+    max_phases = None if all_phases else MAX_PHASES
     outputs = (("--svg", svg), ("--html", html), ("--trace", trace))
     if not all(_check_folder(flag, file) for flag, file in outputs):
         return 2
@@ -501,8 +508,9 @@ def run_summary(
     elif fmt == "json":
         print(json.dumps(format_json(summary), indent=1))
     else:
-        print(format_table(summary))
-    status = _write_outputs(traces, summary, steps or StepOptions(), (svg, html, trace))
+        print(format_table(summary, max_phases))
+    files = (svg, html, trace)
+    status = _write_outputs(traces, summary, steps or StepOptions(), files, max_phases)
     return status or (1 if summary.errors else 0)
 
 
@@ -511,6 +519,7 @@ def _write_outputs(
     summary: Summary,
     steps: StepOptions,
     files: tuple[str | None, str | None, str | None],
+    max_phases: int | None = MAX_PHASES,
 ) -> int:
     from mstx_marks.analysis.merge import write_merged_trace
     from mstx_marks.analysis.report_html import write_html_report
@@ -524,11 +533,14 @@ def _write_outputs(
                       t.source, t.role)
             for t in traces
         ]  # fmt: skip
-        return write_svg(f, stepped, fold_name)
+        return write_svg(f, stepped, fold_name, max_phases=max_phases)
+
+    def html_of(f: str) -> Path:
+        return write_html_report(f, traces, summary, steps, max_phases=max_phases)
 
     jobs: list[tuple[str, str | None, Callable[[str], Path]]] = [
         ("--svg", svg, svg_of),
-        ("--html", html, lambda f: write_html_report(f, traces, summary, steps)),
+        ("--html", html, html_of),
         ("--trace", trace, lambda f: write_merged_trace(f, traces, steps)),
     ]
     status = 0

@@ -19,6 +19,7 @@ from typing import Any
 
 from mstx_marks.analysis.aggregate import PhaseSummary, Stats, Summary
 from mstx_marks.analysis.quantiles import RELATIVE_ERROR
+from mstx_marks.analysis.top_phases import MAX_PHASES, OtherPhases, top_phases
 from mstx_marks.base.records import Member
 
 __all__ = ["format_csv", "format_json", "format_table", "printable", "run_line"]
@@ -126,17 +127,32 @@ def _unmarked_rows(summary: Summary, members: list[Member], width: int) -> list[
 AUTOMATIC = "automatic annotations (PyTorch's and HCCL's own, not the user's phases):"
 
 
-def _automatic_rows(phases: list[PhaseSummary], names: dict[str, str], width: int) -> list[str]:
+def _other_rows(others: list[OtherPhases], width: int) -> list[str]:
+    """The row of a role's phases beyond the cut (of its automatic annotations when those are
+    ``others``): their count, total, longest range and shares, summed."""
+    return [
+        f"{o.label:<{width}} {'all':>4} {o.count:>6} {_ms(o.total_ns):>10} "
+        + " ".join(f"{'-':>10}" for _ in range(3))
+        + f" {_ms(o.max_ns):>10} {_share(o.step_share):>7} {_share(o.self_share):>7}"
+        for o in others
+    ]
+
+
+def _automatic_rows(
+    phases: list[PhaseSummary], others: list[OtherPhases], names: dict[str, str], width: int
+) -> list[str]:
     """The block of a role's automatic annotations: apart from its phases, and no shares."""
     automatic = [p for p in phases if p.automatic]
-    if not automatic:
+    folded = [o for o in others if o.automatic]
+    if not automatic and not folded:
         return []
     rows, _ = _rows(automatic, names, width)
-    return [AUTOMATIC, *rows]
+    return [AUTOMATIC, *rows, *_other_rows(folded, width)]
 
 
-def _footnote(summary: Summary) -> list[str]:
-    """What the share columns mean, and why they add up beyond 100 % when they do."""
+def _footnote(summary: Summary, others: list[OtherPhases], limit: int | None) -> list[str]:
+    """What the share columns mean, why they add up beyond 100 % when they do, and what the
+    row of other phases holds."""
     lines = [
         "step %: inclusive (a phase nested in another counts in both, so the column may pass 100)",
         "self %: exclusive (less the phases inside it on its thread); self % and (unmarked) add",
@@ -161,6 +177,12 @@ def _footnote(summary: Summary) -> list[str]:
             "  DataLoader, process groups and torch.compile make by themselves, and HCCL's",
             "  collectives (hccl:<op>): on any thread, inside steps or not; not in the shares,",
             "  the self times or (unmarked)",
+        ]
+    if others:
+        lines += [
+            f"(N other phases): beyond the {limit} of most total time (per role), summed: their",
+            "  ranges, total, longest range and shares; --all-phases lists them, and --json and",
+            "  --csv hold every phase",
         ]
     unknown = [printable(m.label) for m in summary.members() if m not in summary.unmarked_ns]
     if unknown:
@@ -189,12 +211,13 @@ def run_line(summary: Summary) -> str | None:
     )
 
 
-def format_table(summary: Summary) -> str:
+def format_table(summary: Summary, max_phases: int | None = MAX_PHASES) -> str:
     """The human-readable table: per phase, an ``all`` row and one row per rank. When the
     processes have roles, one block per role (``== role ==``), each with its ranks' steps and
     its phases: a role's figures are never mixed with another's, even on the same rank. The
     annotations PyTorch and HCCL make by themselves follow the ``(unmarked)`` row, under
-    :data:`AUTOMATIC`, without shares.
+    :data:`AUTOMATIC`, without shares. Each role shows its ``max_phases`` phases of most total
+    time, the rest summed in one row (:mod:`~mstx_marks.analysis.top_phases`; ``None``: all).
 
     >>> from mstx_marks.base.records import RangeRecord, RankTrace
     >>> from mstx_marks.analysis.summary import summarize
@@ -210,8 +233,9 @@ def format_table(summary: Summary) -> str:
     >>> [line for line in text.splitlines() if line.startswith("==")][1]
     '== TaskRunner == rank 0: 1 step, 1.000 ms'
     """
-    names = {p.name: cut(printable(p.name)) for p in summary.phases}
-    width = max([len("phase"), *(len(n) for n in names.values())])
+    shown, others = top_phases(summary, max_phases)
+    names = {p.name: cut(printable(p.name)) for p in shown}
+    width = max([len("phase"), *(len(n) for n in names.values()), *(len(o.label) for o in others)])
     header = (
         f"{'phase':<{width}} {_HEAD[0]:>4} {_HEAD[1]:>6} "
         + " ".join(f"{h:>10}" for h in _HEAD[2:7])
@@ -225,9 +249,10 @@ def format_table(summary: Summary) -> str:
             + ", ".join(_steps_phrase(summary, m) for m in members),
             header,
         ]
-        rows, sketched = _rows([p for p in summary.phases if not p.automatic], names, width)
-        lines += rows + _unmarked_rows(summary, members, width)
-        lines += _automatic_rows(summary.phases, names, width)
+        rows, sketched = _rows([p for p in shown if not p.automatic], names, width)
+        lines += rows + _other_rows([o for o in others if not o.automatic], width)
+        lines += _unmarked_rows(summary, members, width)
+        lines += _automatic_rows(shown, others, names, width)
     else:
         members = summary.members()
         lines = [
@@ -241,11 +266,14 @@ def format_table(summary: Summary) -> str:
         for role in roles:
             steps = ", ".join(_steps_phrase(summary, m) for m in summary.members(role))
             lines += ["", f"== {printable(role) or '(no role)'} == {steps}", header]
-            rows, more = _rows(summary.phases_of(role, automatic=False), names, width)
-            lines += rows + _unmarked_rows(summary, summary.members(role), width)
-            lines += _automatic_rows(summary.phases_of(role), names, width)
+            mine = [p for p in shown if p.role == role]
+            folded = [o for o in others if o.role == role]
+            rows, more = _rows([p for p in mine if not p.automatic], names, width)
+            lines += rows + _other_rows([o for o in folded if not o.automatic], width)
+            lines += _unmarked_rows(summary, summary.members(role), width)
+            lines += _automatic_rows(mine, folded, names, width)
             sketched |= more
-    lines += _footnote(summary)
+    lines += _footnote(summary, others, max_phases)
     runs = run_line(summary)
     if runs:
         lines.insert(0, runs)
@@ -272,7 +300,8 @@ _CSV_FIELDS = (
 def format_csv(summary: Summary) -> str:
     """One CSV row per role, phase and rank (``rank`` is ``all`` for the row across the role's
     ranks; ``automatic`` is ``True`` for an annotation the frameworks make by themselves, see
-    :mod:`~mstx_marks.analysis.stages`; ``role`` is the last column, empty when unknown)."""
+    :mod:`~mstx_marks.analysis.stages`; ``role`` is the last column, empty when unknown). Every
+    phase, however many: the CSV is for programs (the table folds beyond its cut)."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(_CSV_FIELDS)
@@ -289,7 +318,8 @@ def format_json(summary: Summary) -> dict[str, Any]:
     rank, ``ROLE:RANK`` (just ``RANK`` when the role is unknown), each with its ``role`` and
     ``rank``; each phase is one role's (its ``role``), its ``ranks`` keyed by that role's ranks.
     What is not known is null: the breakdown and self times of a process summarised in one pass
-    (:mod:`mstx_marks.analysis.stream`)."""
+    (:mod:`mstx_marks.analysis.stream`). Every phase, however many: the JSON is for programs
+    (the table folds beyond its cut)."""
     return {
         "roles": summary.roles,
         "ranks": {

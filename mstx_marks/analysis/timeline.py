@@ -5,7 +5,8 @@ range that contains it, so a step, its phases and their sub-phases stack up; ran
 without nesting (asyncio tasks gathered on one thread) get lanes of their own instead of hiding
 each other. Lanes are labelled (the rank, and the thread or the lane when there are several).
 Marks named ``X_start`` and ``X_stop`` are drawn as the range ``X``, as msprof-analyze pairs
-them. Each phase name has one colour (see the legend), step starts are dashed lines, a bar is at
+them. Each phase name has one colour (see the legend; past 200 names, those of most time, the
+others grey under one entry), step starts are dashed lines, a bar is at
 least one pixel wide however short its range, and a range still open when it was read has a dashed
 outline and hatching. Hovering a bar shows its name, thread and duration. Bars are
 ``<rect class="range">`` with ``data-rank``, ``data-thread``, ``data-lane``, ``data-name``,
@@ -29,10 +30,11 @@ from typing import Callable, Sequence
 
 from mstx_marks.analysis.mark_pairs import pair_marks
 from mstx_marks.analysis.stages import range_name
+from mstx_marks.analysis.top_phases import MAX_PHASES
 from mstx_marks.base.records import RangeRecord, RankTrace
 from mstx_marks.export import atomic_write_bytes
 
-__all__ = ["MIN_BAR_PX", "assign_lanes", "render_svg", "write_svg"]
+__all__ = ["MIN_BAR_PX", "OTHER_COLOR", "assign_lanes", "render_svg", "write_svg"]
 
 _WIDTH = 1400
 _LEFT = 150  # the lane labels: "rank N", then "thread T" or "lane K" right-aligned
@@ -45,6 +47,8 @@ MIN_BAR_PX = 1.0
 _ROW_GAP = 12
 _AXIS = 36
 _LEGEND_ROW = 20
+#: The colour of the phases past the legend's cut, all alike.
+OTHER_COLOR = "#c8c8c8"
 _PALETTE = (
     "#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948",
     "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac", "#1f77b4", "#d62728",
@@ -142,8 +146,20 @@ def render_svg(
     traces: Sequence[RankTrace],
     name_of: Callable[[str], str] = str,
     title: str = "mstx_marks timeline",
+    max_phases: int | None = MAX_PHASES,
 ) -> str:
-    """The SVG document for ``traces``; ``name_of`` folds range names (colours and legend)."""
+    """The SVG document for ``traces``; ``name_of`` folds range names (colours and legend).
+
+    Past ``max_phases`` names, the legend lists the ``max_phases`` of most total time, and the
+    other phases are drawn in :data:`OTHER_COLOR` under one legend entry (their bars keep their
+    names); ``None``: a colour and an entry for every name.
+
+    >>> from mstx_marks.base.records import RangeRecord
+    >>> t = RankTrace(0, [RangeRecord(f"op{i}", "default", i, 2 * i, 1, 1) for i in range(9)])
+    >>> svg = render_svg([t], max_phases=3)
+    >>> svg.count('class="legend-item"'), "(6 other phases)" in svg, svg.count('class="range"')
+    (3, True, 9)
+    """
     traces = sorted((_paired(t).with_steps() for t in traces), key=lambda t: t.member)
     laid = [(t, _tracks(t)) for t in traces]
     every = [r for t in traces for r in t.ranges]
@@ -155,10 +171,16 @@ def render_svg(
     def x(ns: int) -> float:
         return round(_LEFT + (ns - t0) * plot_w / span, 2)
 
-    colors: dict[str, str] = {}
+    totals: dict[str, int] = {}
     for r in sorted(every, key=lambda r: r.start_ns):
         name = _xml_text(name_of(range_name(r.name, r.domain)))
-        colors.setdefault(name, _color(len(colors), name))
+        totals[name] = totals.get(name, 0) + r.end_ns - r.start_ns
+    listed = list(totals)  # by first start
+    if max_phases is not None and len(listed) > max_phases:
+        longest = sorted(range(len(listed)), key=lambda i: (-totals[listed[i]], i))[:max_phases]
+        listed = [listed[i] for i in sorted(longest)]
+    colors = {name: _color(i, name) for i, name in enumerate(listed)}
+    folded = len(totals) - len(listed)
 
     svg = ET.Element("svg", xmlns="http://www.w3.org/2000/svg", width=str(_WIDTH))
     ET.SubElement(svg, "style").text = (
@@ -245,7 +267,7 @@ def render_svg(
                 "data-start-ns": str(r.start_ns),
                 "data-end-ns": str(r.end_ns),
                 **geometry,
-                "fill": colors[name],
+                "fill": colors.get(name, OTHER_COLOR),
             }
             if r.open:
                 attrs["data-open"] = "true"
@@ -279,6 +301,9 @@ def render_svg(
     legend = ET.SubElement(svg, "g", {"class": "legend"})
     lx = float(_LEFT)
     items = [(name, color, "legend-item") for name, color in colors.items()]
+    if folded:
+        other = f"({folded:,} other phase{'s' * (folded != 1)})"
+        items.append((other, OTHER_COLOR, "legend-other"))
     if any_open:
         items.append(("open: still running when read", "#bbb", "legend-open"))
     for name, color, cls in items:
@@ -298,7 +323,12 @@ def render_svg(
 
 
 def write_svg(
-    path: str | Path, traces: Sequence[RankTrace], name_of: Callable[[str], str] = str
+    path: str | Path,
+    traces: Sequence[RankTrace],
+    name_of: Callable[[str], str] = str,
+    *,
+    max_phases: int | None = MAX_PHASES,
 ) -> Path:
     """Write :func:`render_svg` of ``traces`` to ``path`` atomically and return the path."""
-    return atomic_write_bytes(path, render_svg(traces, name_of).encode())
+    svg = render_svg(traces, name_of, max_phases=max_phases)
+    return atomic_write_bytes(path, svg.encode())
