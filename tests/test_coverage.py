@@ -134,16 +134,16 @@ def test_a_class_run_unmarked_is_named_per_process_and_fails_coverage(
         assert part.unmarked == [f"{WORKER_MODULE}:NPUWorker.execute_model"], path
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="mstx_marks/cli/main.py _coverage returns 1 only for report.missing; it should"
-    " return 0 if report.ok else 1 (the analysis side gives report.ok)",
-)
 def test_the_command_exits_1_for_a_class_run_unmarked(
-    recorder: mstx_marks.Recorder, tmp_path: Path
+    recorder: mstx_marks.Recorder, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = _unmarked_run(recorder, tmp_path)
     assert main(["coverage", str(out), "--expect", "vllm"]) == 1
+    capsys.readouterr()
+    assert main(["coverage", str(out), "--expect", "vllm", "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["ok"] is False
+    assert any(p["unmarked"] for p in report["processes"].values())
 
 
 def test_a_class_run_unmarked_is_a_note_of_the_summary_not_a_phase(

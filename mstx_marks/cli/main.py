@@ -13,6 +13,7 @@ mstx-marks ...
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shlex
 import sys
@@ -231,6 +232,7 @@ def _coverage_args(p: argparse.ArgumentParser) -> None:
         help="the phases a healthy run emits: one of " + ", ".join(EXPECTATIONS)
         + ", a comma list of phase names, or a+b mixes (e.g. verl-grpo+vllm)",
     )  # fmt: skip
+    p.add_argument("--json", action="store_true", help="the report as JSON (for CI)")
 
 
 def _check_expectation(spec: str) -> str | None:
@@ -277,8 +279,11 @@ def _coverage(args: argparse.Namespace) -> int:
             print(f"error: {args.path}: no trace with any range found", file=sys.stderr)
         return 2
     report = check_coverage(traces, expected)
-    print("\n".join(report.lines()))
-    return 1 if report.missing else 0
+    if args.json:
+        print(json.dumps(report.to_json(), indent=2))
+    else:
+        print("\n".join(report.lines()))
+    return 0 if report.ok else 1
 
 
 def _demo_args(p: argparse.ArgumentParser) -> None:
