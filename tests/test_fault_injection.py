@@ -879,9 +879,10 @@ def test_9_processes_of_one_job_without_a_shared_run_id_are_one_run(tmp_path: An
 
     recs = [Recorder(), Recorder()]
     rids = [rec.range_start("step", "default") for rec in recs]  # both running at once
-    for rec, rid, run in zip(recs, rids, ("20250101-000000-aaaa", "20250101-000000-bbbb")):
+    runs = ("20250101-000000-aaaa", "20250101-000000-bbbb")
+    for rank, (rec, rid, run) in enumerate(zip(recs, rids, runs)):  # ranks 0 and 1 of one job
         rec.range_end(rid, "default")
-        Spill(tmp_path, rec, rank=len(run) % 2, run=run).write_now(final=True)
+        Spill(tmp_path, rec, rank=rank, run=run).write_now(final=True)
     summary = summarize_path(tmp_path, jobs=1, progress=False)
     assert summary.notes == [] and [p.overall.count for p in summary.phases] == [2]
 

@@ -121,8 +121,8 @@ def _record_capacity() -> list[Finding]:
         Finding(
             "stop",
             "environment",
-            f"ignoring {env.RECORD_CAPACITY}={raw!r}: expected an int >= 1; the recorder keeps"
-            f" its default, {default} events",
+            f"ignoring {env.RECORD_CAPACITY}={env.quoted(raw)}: expected an int >= 1; the"
+            f" recorder keeps its default, {default} events",
         )
     ]
 
@@ -139,7 +139,9 @@ def _instrument() -> list[Finding]:
     if names:
         out.append(Finding("ok", "instrument", "presets armed: " + ", ".join(names)))
     else:
-        out.append(Finding("stop", "instrument", f"{env.INSTRUMENT}={raw!r} arms no preset"))
+        out.append(
+            Finding("stop", "instrument", f"{env.INSTRUMENT}={env.quoted(raw)} arms no preset")
+        )
     return out + _engines_marked(names)
 
 
@@ -195,7 +197,7 @@ def _sample() -> list[Finding]:
     if found:
         out.append(Finding("ok", "sample", "sampled phases: " + ", ".join(found)))
     elif not said:
-        out.append(Finding("stop", "sample", f"{env.SAMPLE}={raw!r} samples no phase"))
+        out.append(Finding("stop", "sample", f"{env.SAMPLE}={env.quoted(raw)} samples no phase"))
     return out
 
 
@@ -218,7 +220,7 @@ def _capture() -> list[Finding]:
     if names:
         out.append(Finding("ok", "capture", "recipes armed: " + ", ".join(names)))
     elif not said:
-        out.append(Finding("stop", "capture", f"{env.CAPTURE}={raw!r} arms no recipe"))
+        out.append(Finding("stop", "capture", f"{env.CAPTURE}={env.quoted(raw)} arms no recipe"))
     return out
 
 

@@ -343,6 +343,12 @@ def _summary_args(p: argparse.ArgumentParser) -> None:
         help="which run of the job to read when several wrote into the folder (default: the "
         "newest, named on stderr)",
     )
+    p.add_argument(
+        "--all-phases",
+        action="store_true",
+        help="list every phase in the table, the HTML report and the SVG legend (default: each "
+        "role's 200 of most time, the rest as one counted row; --json and --csv hold every one)",
+    )
 
 
 def _summary(args: argparse.Namespace) -> int:
@@ -361,6 +367,7 @@ def _summary(args: argparse.Namespace) -> int:
         steps=StepOptions(args.step_name, args.step_key),
         jobs=args.jobs,
         run=args.run_id,
+        all_phases=args.all_phases,
     )
 
 

@@ -257,7 +257,7 @@ def settings_from_env() -> dict[str, Any]:
         try:
             found[key] = parse(raw)
         except (ValueError, TypeError) as exc:
-            warn(f"ignoring {var}={raw!r}: {exc}")
+            warn(f"ignoring {var}={env.quoted(raw)}: {env.shown(exc, 2 * env.QUOTE)}")
     if env.text(env.DISABLE) is not None:
         found["enabled"] = not env.flag(env.DISABLE)
     if env.off():

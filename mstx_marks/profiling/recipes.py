@@ -873,6 +873,7 @@ def arm_from_text(text: str) -> None:
     >>> for c in armed():
     ...     c.undo()
     """
+    bad: list[tuple[str, Exception]] = []
     for raw in str(text).split(";"):
         entry = raw.strip()
         if not entry:
@@ -881,10 +882,15 @@ def arm_from_text(text: str) -> None:
             name, options = _parse_entry(entry)
             capture(name, **options)
         except Exception as exc:
-            warn_once(
-                (env.CAPTURE, entry),
-                f"ignoring {entry!r} in {env.CAPTURE}={text!r}: {exc}",
-            )
+            bad.append((entry, exc))
+    if bad:  # one warning for the variable, every echoed value cut (a huge value is no log)
+        first, why = bad[0]
+        more = f"; and {len(bad) - 1} more bad entries" if len(bad) > 1 else ""
+        warn_once(
+            (env.CAPTURE, text[: env.QUOTE]),
+            f"ignoring {env.quoted(first)} in {env.CAPTURE}={env.quoted(str(text))}:"
+            f" {env.shown(why, 2 * env.QUOTE)}{more}",
+        )
 
 
 def recipes_table() -> str:
