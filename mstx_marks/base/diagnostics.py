@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import threading
 import warnings
 from collections.abc import Hashable
 from types import FrameType
@@ -29,8 +30,10 @@ __all__ = ["MstxMarksWarning", "forget_warnings", "warn", "warn_once"]
 
 # The package folder (this file is in base/): frames under it are ours, not the user's.
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
-# `with mark(...)` reached through ExitStack runs our code from contextlib's frames.
+# `with mark(...)` reached through ExitStack runs our code from contextlib's frames; a thread of
+# ours (the spill's) starts from threading's, which are no line of the user's either.
 _CONTEXTLIB = contextlib.__file__
+_THREADING = threading.__file__
 _said: set[Hashable] = set()
 # Reentrant: a signal handler that warns may interrupt its own thread holding it.
 _said_lock = new_lock(reentrant=True)
@@ -49,7 +52,7 @@ def _ours(filename: str) -> bool:
     # the user's either.
     return (
         filename.startswith(_PACKAGE_DIR)
-        or filename == _CONTEXTLIB
+        or filename in (_CONTEXTLIB, _THREADING)
         or filename.startswith("<frozen ")
     )
 
