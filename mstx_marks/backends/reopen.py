@@ -56,39 +56,47 @@ __all__ = ["MAX_WAITING", "WAITING", "Token", "Waiting", "watch_profilers"]
 #: ``Mark.start()`` whose ``end()`` never came, must not grow the process without bound).
 MAX_WAITING = 65_536
 
-#: name, domain, start, end, and the handles it was started again under (0 or 1 of them).
-_Entry = tuple[str, str, StartFn, EndFn, list[Any]]
 
+class Token:
+    """What the hot path holds for a range no collector recorded when it started: the range
+    itself (name, domain, the backend's start and end), and what it was started again under.
 
-class Token(int):
-    """What the hot path holds for a range no collector recorded when it started: an int 0 of
-    its own class. Falsy like any "not recorded" handle, so a recorded range's end (``if
-    handle: end(...)``) pays nothing for it; only a falsy handle is then asked whether it is a
-    Token, whose end goes to :meth:`Waiting.release`. Tokens are told apart by identity."""
+    Falsy like any "not recorded" handle, so a recorded range's end (``if handle: end(...)``)
+    pays nothing for it; only a falsy handle is then asked whether it is a Token, whose end goes
+    to :meth:`Waiting.release`. ``again`` is None until a profiler starts it again, then a list
+    holding that handle, taken out with ``list.pop``, which the GIL keeps whole: a range that
+    ends while a profiler re-starts it is ended exactly once, by whichever side takes it."""
 
-    __slots__ = ()
+    __slots__ = ("again", "domain", "end", "name", "start")
+    name: str
+    domain: str
+    start: StartFn
+    end: EndFn
+    again: list[Any] | None
 
-
-_new_token = int.__new__
+    def __bool__(self) -> bool:
+        return False
 
 
 class Waiting:
     """The ranges a collector did not record when they started, until they end (see module).
-
-    Lock-free: a handle started again is appended to the entry's list and taken out with
-    ``list.pop``, which the GIL keeps whole, so a range ended while a profiler re-starts it is
-    ended exactly once, by whichever side takes the handle.
-    """
+    Lock-free (see :class:`Token`)."""
 
     def __init__(self) -> None:
-        #: id(token) -> (token, entry): the token is kept alive, so its id is not reused.
-        self._open: dict[int, tuple[Token, _Entry]] = {}
+        self._open: dict[Token, None] = {}
 
     def hold(self, name: str, domain: str, start: StartFn, end: EndFn) -> Token:
         """Keep a range that was not recorded; the token is what the hot path ends."""
-        token = _new_token(Token, 0)
+        token = Token()
+        token.name, token.domain, token.start, token.end, token.again = (
+            name,
+            domain,
+            start,
+            end,
+            None,
+        )
         waiting = self._open
-        waiting[id(token)] = (token, (name, domain, start, end, []))
+        waiting[token] = None
         if len(waiting) > MAX_WAITING:
             for old in list(itertools.islice(waiting, MAX_WAITING // 4)):
                 waiting.pop(old, None)
@@ -96,9 +104,9 @@ class Waiting:
 
     def release(self, token: Token) -> None:
         """The range ``token`` ended: end what it was started again under, if anything."""
-        held = self._open.pop(id(token), None)
-        if held is not None and held[1][4]:  # started again (rare): a raise-free check first
-            _end_taken(held[1])
+        self._open.pop(token, None)
+        if token.again:  # started again (rare)
+            _end_taken(token)
 
     def waiting(self) -> int:
         """How many ranges are waiting."""
@@ -107,23 +115,22 @@ class Waiting:
     def reopen(self) -> int:
         """Start again every waiting range that has not been; how many a collector took."""
         taken = 0
-        for key, (_, entry) in list(self._open.items()):
-            name, domain, start, _, handles = entry
-            if handles:
+        for token in list(self._open):
+            if token.again:
                 continue
             try:
-                handle = start(name, domain)
+                handle = token.start(token.name, token.domain)
             except Exception as exc:  # a profiler's start must never fail because of us
                 if users_own(exc):
                     raise
-                warn_once(("reopen", name), f"range {name!r} not started again ({exc})")
+                warn_once(("reopen", token.name), f"range {token.name!r} not started again ({exc})")
                 continue
             if not handle:
                 continue  # still not recorded: it waits for the next step
-            handles.append(handle)
+            token.again = [handle]
             taken += 1
-            if key not in self._open:  # it ended meanwhile: end this one too, once
-                _end_taken(entry)
+            if token not in self._open:  # it ended meanwhile: end this one too, once
+                _end_taken(token)
         return taken
 
     def suspend(self) -> int:
@@ -131,9 +138,10 @@ class Waiting:
         profiler is about to stop recording (its ``stop``, or the step that ends a window), and
         a range it holds open would have no end in the capture. How many were ended."""
         ended = 0
-        for _, entry in list(self._open.values()):
-            if entry[4]:
-                _end_taken(entry)
+        for token in list(self._open):
+            if token.again:
+                _end_taken(token)
+                token.again = None
                 ended += 1
         return ended
 
@@ -142,18 +150,19 @@ class Waiting:
         self._open.clear()
 
 
-def _end_taken(entry: _Entry) -> None:
-    _, domain, _, end, handles = entry
+def _end_taken(token: Token) -> None:
     try:
-        handle = handles.pop()
-    except IndexError:
+        handle = token.again.pop()  # type: ignore[union-attr]  # None: nothing to take
+    except (IndexError, AttributeError):  # the other side took it
         return
     try:
-        end(handle, domain)
+        token.end(handle, token.domain)
     except Exception as exc:
         if users_own(exc):
             raise
-        warn_once(("reopen end", entry[0]), f"range {entry[0]!r} started again did not end ({exc})")
+        warn_once(
+            ("reopen end", token.name), f"range {token.name!r} started again did not end ({exc})"
+        )
 
 
 #: The process's waiting ranges, for every backend.
