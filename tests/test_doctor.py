@@ -30,6 +30,23 @@ def test_a_cpu_machine_with_nothing_set_says_no_backend_listens(
     line = verdict(findings)
     assert line.startswith("ranges would NOT reach the profiler: backend: auto picks noop")
     assert any(f.topic == "torch_npu" and "does not import" in f.text for f in findings)
+    # What to do is what writes something: MSTX_MARKS_OUT (the record backend alone keeps the
+    # ranges in memory, and the process ends with them).
+    (backend,) = [f for f in findings if f.topic == "backend"]
+    assert "MSTX_MARKS_OUT=DIR" in backend.text and "=record" not in backend.text
+
+
+def test_the_run_id_the_library_set_is_not_listed_as_the_users(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _clean_env(monkeypatch)
+    monkeypatch.setenv("MSTX_MARKS_RUN", "20260101-000000-ab12")
+    monkeypatch.setenv("MSTX_MARKS_OUT", "prof")
+    said = [f.text for f in diagnose() if f.topic == "environment"]
+    assert "set: MSTX_MARKS_OUT" in said
+    assert any(
+        t.startswith("MSTX_MARKS_RUN='20260101-000000-ab12': the job's run id") for t in said
+    )
 
 
 def test_an_npu_host_reaches_the_profiler(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -137,7 +137,7 @@ def test_cli_table_csv_json_and_exit_codes(
 
     empty = tmp_path / "empty"
     empty.mkdir()
-    assert cli_main(["summary", str(empty)]) == 1
+    assert cli_main(["summary", str(empty)]) == 2  # as coverage, and the troubleshooting page
     assert "no traces found" in capsys.readouterr().err
     assert cli_main(["summary", os.fspath(tmp_path / "missing")]) == 1
     assert "no such file" in capsys.readouterr().err

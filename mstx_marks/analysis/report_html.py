@@ -785,10 +785,11 @@ def render_html(
         else ""
     )
     ranks, roles = data["ranks"], [r for r in data["roles"] if r]
-    who = f"{len(ranks)} rank(s)"
+    who = _count(len(ranks), "rank")
     if roles:  # roles first: several roles may share one rank
         who = (
-            f"{len(data['members'])} processes in {len(roles)} roles ("
+            f"{_count(len(data['members']), 'process', 'processes')} in"
+            f" {_count(len(roles), 'role')} ("
             + ", ".join(html.escape(r) for r in roles)
             + f") on {who}"
         )
@@ -825,3 +826,12 @@ def write_html_report(
     """Write :func:`render_html` to ``path`` atomically and return the path."""
     page = render_html(traces, summary, steps, max_phases=max_phases)
     return atomic_write_bytes(path, page.encode())
+
+
+def _count(n: int, one: str, many: str = "") -> str:
+    """``1 role``, ``2 roles``.
+
+    >>> _count(1, "process", "processes"), _count(3, "rank")
+    ('1 process', '3 ranks')
+    """
+    return f"{n} {one if n == 1 else (many or one + 's')}"

@@ -114,9 +114,13 @@ def summarize(
     return combine(aggregate_trace(t, fold, steps) for t in traces)
 
 
+#: What the error for a folder with no trace says (its exit status is 2, as coverage's).
+NO_TRACES = "no traces found"
+
+
 def _no_traces(root: Path) -> str:
     return (
-        f"{root}: no traces found (looked for *.trace.json, trace.json, trace_view.json, "
+        f"{root}: {NO_TRACES} (looked for *.trace.json, trace.json, trace_view.json, "
         "torch.profiler's JSON under any name, ascend_pytorch_profiler*.db, msprof_*.db and "
         "spill/*.jsonl)"
     )
@@ -479,9 +483,10 @@ def run_summary(
     """Print the summary of the traces under ``path`` as ``fmt`` (table, csv, json); draw the
     timeline to ``svg``, write the HTML report to ``html`` and the merged job timeline (Chrome /
     Perfetto JSON) to ``trace``. Returns the exit code: 0, or 1 when a file or folder could not
-    be read (the others are still summarised) or none was found, or 2 when an output file's
-    folder does not exist (checked first) or it cannot be written. ``run``: which run of the
-    job (an id, or ``"all"``; default the newest, named when there are several).
+    be read (the others are still summarised), or 2 when no trace was found (as ``coverage``
+    says) or an output file's folder does not exist (checked first) or cannot be written.
+    ``run``: which run of the job (an id, or ``"all"``; default the newest, named when there
+    are several).
 
     The table, the HTML report and the SVG legend show each role's
     :data:`~mstx_marks.analysis.top_phases.MAX_PHASES` phases of most time and one row for the
@@ -501,8 +506,9 @@ def run_summary(
         print(f"note: {printable(note)}", file=sys.stderr)
     for error in summary.errors:
         print(f"error: {printable(error)}", file=sys.stderr)
-    if not summary.step_time_ns:
-        return 1
+    if not summary.step_time_ns:  # nothing read: none found (2, as coverage), or a file failed
+        nothing = all(NO_TRACES in e for e in summary.errors)
+        return 2 if nothing else 1
     if fmt == "csv":
         sys.stdout.write(format_csv(summary))
     elif fmt == "json":

@@ -274,7 +274,8 @@ def _backend() -> list[Finding]:
                 "stop",
                 "backend",
                 "auto picks noop: no torch_npu with an NPU and no CUDA here; set "
-                f"{env.BACKEND}=record (or torch) to record on this machine",
+                f"{env.OUT}=DIR to record on this machine and write the ranges under DIR"
+                f" ({env.BACKEND}=torch puts them in a torch.profiler capture instead)",
             )
         ]
     if spec == "noop":
@@ -368,8 +369,14 @@ def _out_folder() -> list[Finding]:
 
 
 def _set_variables() -> list[Finding]:
-    seen = [v.name for v in env.VARIABLES if env.text(v.name) is not None]
-    return [Finding("ok", "environment", "set: " + ", ".join(seen))] if seen else []
+    # MSTX_MARKS_RUN is the library's own: made by the first process of a job that records,
+    # and inherited by what it starts; the user rarely sets it.
+    seen = [v.name for v in env.VARIABLES if env.text(v.name) is not None and v.name != env.RUN]
+    out = [Finding("ok", "environment", "set: " + ", ".join(seen))] if seen else []
+    if env.text(env.RUN) is not None:
+        text = f"{env.RUN}={env.quoted(env.text(env.RUN) or '')}: the job's run id (mstx_marks"
+        out.append(Finding("ok", "environment", text + " sets it for the processes it starts)"))
+    return out
 
 
 def _unknown_names() -> list[Finding]:
