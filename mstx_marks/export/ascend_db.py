@@ -411,7 +411,7 @@ def read_ascend_db(
             else:
                 query = _EVENTS_QUERY.format(args="NULL", join="")
             try:
-                skipped = _records(db.execute(query, kinds), sink or records.append)
+                skipped = event_records(db.execute(query, kinds), sink or records.append)
             except (TypeError, ValueError, OverflowError) as e:
                 raise TraceFileError(path, f"has a malformed MSTX_EVENTS row ({e})") from e
             steps = []
@@ -447,8 +447,10 @@ def text(value: Any, default: str) -> str:
     return str(value)
 
 
-def _records(rows: Iterable[Any], sink: Callable[[Record], object]) -> int:
-    """Hand the records of ``rows`` (``_EVENTS_QUERY``'s) to ``sink``; how many were skipped."""
+def event_records(rows: Iterable[Any], sink: Callable[[Record], object]) -> int:
+    """Hand the records of ``rows`` to ``sink``; how many were skipped (a range ending before it
+    starts). A row is ``(startNs, endNs, eventType, message, domain, globalTid, args JSON)``,
+    as this module's query and the summary's read them."""
     skipped = 0
     for start, end, kind, name, domain, gtid, args_text in rows:
         instant = kind in (EVENT_INSTANT, EVENT_MARKER)

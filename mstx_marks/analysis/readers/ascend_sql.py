@@ -38,7 +38,6 @@ thousands, go into a temporary table to join on, never into one query's variable
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
@@ -78,6 +77,7 @@ from mstx_marks.export.ascend_db import (
     EVENT_RANGE,
     db_process,
     db_role,
+    event_records,
     rank_of_db,
     text,
 )
@@ -401,7 +401,7 @@ def db_records(path: Path, sink: Callable[[Record], object]) -> RankTrace:
                 args, join = "a.args", "LEFT JOIN MSTX_ARGS a ON a.eventId = e.rangeId"
             query = _EVENTS.format(args=args, join=join, kinds=_KINDS)
             try:
-                skipped = _records(db.execute(query), sink)
+                skipped = event_records(db.execute(query), sink)
             except (TypeError, ValueError, OverflowError) as e:
                 raise TraceFileError(path, f"has a malformed MSTX_EVENTS row ({e})") from e
             steps = [(s.start_ns, s.end_ns) for s in _file_steps(db, tables)]
@@ -415,39 +415,6 @@ def db_records(path: Path, sink: Callable[[Record], object]) -> RankTrace:
     except sqlite3.Error as e:
         raise TraceFileError(path, f"is not a readable profiler database ({e})") from e
     return found
-
-
-def _records(rows: Iterable[Any], sink: Callable[[Record], object]) -> int:
-    """Hand the records of ``rows`` (:data:`_EVENTS`') to ``sink``; how many were skipped (a
-    range ending before it starts)."""
-    skipped = 0
-    for start, end, kind, name, domain, gtid, args_text in rows:
-        instant = kind in (EVENT_INSTANT, EVENT_MARKER)
-        if start is None or (not instant and end is None):
-            continue
-        args = _args(args_text)
-        gtid = int(gtid or 0)
-        name = text(name, "<unnamed>")
-        domain = text(domain or None, "default")
-        tid, pid = gtid & 0xFFFFFFFF, gtid >> 32
-        if instant:
-            sink(InstantRecord(name, domain, int(start), tid, pid, args))
-        elif int(end) >= int(start):
-            sink(RangeRecord(name, domain, int(start), int(end), tid, pid, False, args))
-        else:
-            skipped += 1
-    return skipped
-
-
-def _args(value: Any) -> dict[str, Any] | None:
-    """A row's ``MSTX_ARGS.args``: a JSON object, else none."""
-    if not isinstance(value, str):
-        return None
-    try:
-        args = json.loads(value)
-    except ValueError:
-        return None
-    return args if isinstance(args, dict) and args else None
 
 
 def aggregate_db(
