@@ -223,3 +223,30 @@ def test_a_final_spill_does_not_chase_threads_still_recording(
     path = Spill(tmp_path, rec, rank=0).write_now(final=True)
     assert {r.name for r in read_spill(path).records} == {"before"}
     assert len(read_spill(path).records) == 20_000
+
+
+def test_a_spill_of_another_format_says_which_and_what_this_version_reads(
+    tmp_path: Path,
+) -> None:
+    """A spill of the previous format was "not a mstx_marks spill file (no header line)"."""
+    from mstx_marks.analysis.summary import summarize_path
+    from mstx_marks.backends.record import Recorder
+    from mstx_marks.base import VERSION
+    from mstx_marks.base.records import TraceFileError
+    from mstx_marks.export.spill import Spill
+
+    old = tmp_path / "spill" / "host-1.jsonl"
+    old.parent.mkdir()
+    old.write_text('{"mstx_marks_spill": 1, "pid": 1, "rank": 0}\n{"n": "step"}\n')
+    with pytest.raises(TraceFileError) as caught:
+        read_spill(old)
+    said = str(caught.value)
+    assert "format 1 (from a mstx_marks before" in said and "reads format 2" in said
+    assert "no header line" not in said
+    summary = summarize_path(tmp_path, jobs=1, progress=False)
+    assert any("format 1" in e for e in summary.errors), summary.errors
+    # Spills written now say which version wrote them.
+    rec = Recorder()
+    rec.range_end(rec.range_start("step", "default"), "default")
+    path = Spill(tmp_path / "new", rec, rank=0).write_now(final=True)
+    assert f'"version": "{VERSION}"' in path.read_text().splitlines()[0]

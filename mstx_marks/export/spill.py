@@ -79,7 +79,7 @@ from mstx_marks.backends.record import (
     clock_step_ns,
     native_thread_ids,
 )
-from mstx_marks.base import env
+from mstx_marks.base import VERSION, env
 from mstx_marks.base.diagnostics import warn_once
 from mstx_marks.base.forking import new_lock
 from mstx_marks.base.records import (
@@ -274,6 +274,7 @@ class Spill:
     def _header(self) -> dict[str, Any]:
         return {
             "mstx_marks_spill": _FORMAT,
+            "version": VERSION,  # which mstx_marks wrote it: named when another cannot read it
             "pid": self.recorder.pid,
             "host": socket.gethostname(),
             "rank": self.rank,
@@ -747,6 +748,30 @@ def _int(value: Any, default: int) -> int:
     return value if type(value) is int and -_INT64 <= value < _INT64 else default
 
 
+def _other_format(header: dict[str, Any]) -> str:
+    """What to say of a spill of another format: which format (and mstx_marks) wrote it, and
+    which this one reads. A spill is a crash-safe scratch file, read back by the version that
+    wrote it; its Chrome trace and database are the files kept across versions.
+
+    >>> print(_other_format({"mstx_marks_spill": 1}))  # doctest: +NORMALIZE_WHITESPACE
+    is a mstx_marks spill of format 1 (from a mstx_marks before 0.1.0); this mstx_marks 0.1.0
+    reads format 2 only: summarise it with the mstx_marks that wrote it, or use its Chrome
+    trace or database
+    """
+    written = header.get("mstx_marks_spill")
+    by = header.get("version")
+    source = (
+        f"mstx_marks {env.shown(by, 40)}"
+        if isinstance(by, str)
+        else f"a mstx_marks before {VERSION}"
+    )
+    return (
+        f"is a mstx_marks spill of format {env.shown(written, 40)} (from {source}); this"
+        f" mstx_marks {VERSION} reads format {_FORMAT} only: summarise it with the mstx_marks"
+        " that wrote it, or use its Chrome trace or database"
+    )
+
+
 def read_spill(
     path: str | Path,
     *,
@@ -778,8 +803,10 @@ def read_spill(
                 header = json.loads(first)
             except ValueError:
                 header = None
-            if not isinstance(header, dict) or header.get("mstx_marks_spill") != _FORMAT:
+            if not isinstance(header, dict) or "mstx_marks_spill" not in header:
                 raise TraceFileError(path, "is not a mstx_marks spill file (no header line)")
+            if header["mstx_marks_spill"] != _FORMAT:
+                raise TraceFileError(path, _other_format(header))
             reader = _Reader(path, header)
             if unusable is not None:
                 unusable += reader.unusable
