@@ -15,9 +15,14 @@ A page asks for a generated block with an HTML comment on a line of its own:
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any, Callable
 
-MARKER = re.compile(r"^<!-- generated: ([a-z]+) -->$", re.M)
+#: A generated block: its start marker, what was generated last, its end marker. The block is
+#: kept in the page so that a reader of the markdown (GitHub's view) sees it too;
+#: ``python3 docs/hooks.py`` writes it afresh, and ``tests/test_docs.py`` fails when it is stale.
+MARKER = re.compile(r"^<!-- generated: ([a-z]+) -->\n(?:.*?^<!-- end generated -->$|)", re.M | re.S)
+END = "<!-- end generated -->"
 
 
 def environment() -> str:
@@ -96,10 +101,35 @@ def expand(markdown: str) -> str:
         name = match.group(1)
         if name not in GENERATORS:
             raise ValueError(f"unknown generated block {name!r}; known: {', '.join(GENERATORS)}")
-        return GENERATORS[name]()
+        return f"<!-- generated: {name} -->\n\n{GENERATORS[name]()}\n\n{END}"
 
     return MARKER.sub(fill, markdown)
 
 
 def on_page_markdown(markdown: str, **kwargs: Any) -> str:
     return expand(markdown)
+
+
+def rewrite(docs: Path, *, check: bool = False) -> list[Path]:
+    """Write every page's generated blocks afresh (``check``: only look); the pages that
+    changed (or would)."""
+    changed = []
+    for page in sorted(docs.rglob("*.md")):
+        text = page.read_text(encoding="utf-8")
+        fresh = expand(text)
+        if fresh != text:
+            if not check:
+                page.write_text(fresh, encoding="utf-8")
+            changed.append(page)
+    return changed
+
+
+if __name__ == "__main__":  # python3 docs/hooks.py [--check]: refresh (or check) the blocks
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    check = "--check" in sys.argv[1:]
+    stale = rewrite(Path(__file__).resolve().parent, check=check)
+    for page in stale:
+        print(f"{'stale' if check else 'rewrote'}: {page} (python3 docs/hooks.py rewrites it)")
+    sys.exit(1 if check and stale else 0)
