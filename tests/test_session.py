@@ -117,3 +117,30 @@ def test_an_exit_hook_registered_before_the_import_keeps_its_ranges(tmp_path: Pa
     assert len(names) == 3, names  # the Chrome trace, the database and the spill
     for kind, found in names.items():
         assert sorted(found) == sorted(["step"] * 3 + ["final_range", "final_instant"]), kind
+
+
+_ENDED_THREAD = """
+import sys, threading
+from mstx_marks import mark
+from mstx_marks.export import flush_at_exit
+flush_at_exit(sys.argv[1])
+def rollout():
+    with mark("generate_sequences"):
+        pass
+t = threading.Thread(target=rollout, name="rollout-0")
+t.start(); t.join()  # ended long before the files are written
+with mark("step"):
+    pass
+"""
+
+
+def test_a_thread_that_ended_before_the_write_keeps_its_name(tmp_path: Path) -> None:
+    import json
+
+    proc = _run(_ENDED_THREAD, str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    (chrome,) = tmp_path.rglob("*.trace.json")
+    events = json.loads(chrome.read_text())["traceEvents"]
+    named = {e["tid"]: e["args"]["name"] for e in events if e.get("name") == "thread_name"}
+    (gen,) = [e for e in events if e.get("name") == "generate_sequences" and e.get("ph") == "X"]
+    assert named[gen["tid"]] == "rollout-0"

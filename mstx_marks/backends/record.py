@@ -60,6 +60,7 @@ __all__ = [
     "default_recorder",
     "native_thread_ids",
     "now_ns",
+    "thread_names",
 ]
 
 #: Distinct ``(name, domain)`` pairs a recorder keeps by default (``MSTX_MARKS_RECORD_NAMES``).
@@ -124,6 +125,8 @@ _VOID: array[int] = array("q")
 _UNLIMITED = 1 << 62
 #: Native thread ids by thread number: the columns hold the 4-byte number, not the 8-byte id.
 _threads: list[int] = []
+#: The name each numbered thread had when it first recorded.
+_thread_names: list[str] = []
 _threads_lock = new_lock(reentrant=True)  # a signal handler may start a range meanwhile
 _new = tuple.__new__
 # The native thread id is a system call (~200 ns); each thread asks once and keeps its number.
@@ -133,6 +136,9 @@ _tls = threading.local()
 def _thread_number() -> int:
     with _threads_lock:
         _threads.append(_get_tid())
+        # Its name as it records (``rollout-0``): kept, since a thread that ended before the
+        # files are written is no longer there to be asked.
+        _thread_names.append(threading.current_thread().name)
         number = _tls.number = len(_threads) - 1
         return number
 
@@ -667,6 +673,19 @@ def native_thread_ids(first: int = 0) -> list[int]:
     """The native thread ids of thread numbers ``first``, ``first + 1``, ... (what a block's
     ``threads`` hold: numbers are this process's, and never reused)."""
     return _threads[first:]
+
+
+def thread_names(first: int = 0) -> list[str]:
+    """The names threads ``first``, ``first + 1``, ... had when they first recorded.
+
+    >>> import threading
+    >>> rec = Recorder()
+    >>> t = threading.Thread(target=lambda: rec.instant("x", "d"), name="rollout-0")
+    >>> t.start(); t.join()
+    >>> thread_names()[native_thread_ids().index(rec.records()[0].thread)]
+    'rollout-0'
+    """
+    return _thread_names[first:]
 
 
 class DrainCursor:

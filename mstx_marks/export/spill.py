@@ -78,6 +78,7 @@ from mstx_marks.backends.record import (
     block_records,
     clock_step_ns,
     native_thread_ids,
+    thread_names,
 )
 from mstx_marks.base import VERSION, env
 from mstx_marks.base.diagnostics import warn_once
@@ -373,7 +374,10 @@ class Spill:
             self._names_sent += len(names)
         threads = native_thread_ids(self._threads_sent)
         if threads:
-            lines.append(json.dumps({"threads": [self._threads_sent, threads]}))
+            first = self._threads_sent
+            lines.append(json.dumps({"threads": [first, threads]}))
+            named = thread_names(first)[: len(threads)]
+            lines.append(_dumps({"thread_names": [first, named]}))
             self._threads_sent += len(threads)
         return lines
 
@@ -431,6 +435,7 @@ class Spill:
         if tables and self._threads_sent:
             threads = native_thread_ids(0)[: self._threads_sent]
             lines.append(json.dumps({"threads": [0, threads]}))
+            lines.append(_dumps({"thread_names": [0, thread_names(0)[: self._threads_sent]]}))
         return _utf8("\n".join(lines) + "\n")
 
     def _give_up_past_limit(self) -> None:
@@ -637,6 +642,8 @@ class _Reader:
         #: The file's tables so far (see the module's docstring).
         self.names: dict[int, tuple[str, str]] = {}
         self.threads: dict[int, int] = {}
+        #: Thread number -> the name the thread had when it first recorded.
+        self.thread_names: dict[int, str] = {}
 
     def _count(self, header: dict[str, Any], field: str) -> int:
         """The header's ``field``, an int >= 0; else 0, and said in ``unusable`` (a rank of
@@ -710,8 +717,8 @@ class _Reader:
         self.skipped += block_records(block, self.names, self.threads, self.pid, self.sink)
 
     def _table(self, item: dict[str, Any]) -> bool:
-        """Take a ``names`` or ``threads`` line; whether it was one."""
-        field = "names" if "names" in item else "threads" if "threads" in item else None
+        """Take a ``names``, ``threads`` or ``thread_names`` line; whether it was one."""
+        field = next((f for f in ("names", "threads", "thread_names") if f in item), None)
         if field is None:
             return False
         try:
@@ -719,6 +726,9 @@ class _Reader:
             for i, value in enumerate(values, _int(first, 0)):
                 if field == "threads":
                     self.threads[i] = _int(value, 0)
+                elif field == "thread_names":
+                    if type(value) is str:
+                        self.thread_names[i] = value
                 elif type(value) is list and len(value) == 2 and all(type(v) is str for v in value):
                     self.names[i] = (value[0], value[1])
         except (TypeError, ValueError):
@@ -846,6 +856,11 @@ def read_spill(
         dropped=reader.dropped,
         skipped=reader.skipped,
         complete=reader.complete,
+        thread_names={
+            reader.threads[n]: name
+            for n, name in reader.thread_names.items()
+            if n in reader.threads
+        },
     )
 
 
