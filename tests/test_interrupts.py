@@ -96,8 +96,8 @@ def _line_event(frame: FrameType, event: str) -> bool:
     return not line.startswith(_NO_LANDING)
 
 
-def _raise_at(n: int, raise_it: Callable[[], None]) -> Callable[..., Any]:
-    """A tracer that calls ``raise_it`` at the ``n``-th line event in :data:`RANGE_PATH`."""
+def _line_tracer(on_line: Callable[[int], None]) -> Callable[..., Any]:
+    """A tracer calling ``on_line(k)`` at the k-th line event (from 1) in :data:`RANGE_PATH`."""
     seen = [0]
 
     def tracer(frame: FrameType, event: str, arg: Any) -> Any:
@@ -105,24 +105,21 @@ def _raise_at(n: int, raise_it: Callable[[], None]) -> Callable[..., Any]:
             return None
         if _line_event(frame, event):
             seen[0] += 1
-            if seen[0] == n:
-                raise_it()
+            on_line(seen[0])
         return tracer
 
     return tracer
 
 
+def _raise_at(n: int, raise_it: Callable[[], None]) -> Callable[..., Any]:
+    """A tracer that calls ``raise_it`` at the ``n``-th line event in :data:`RANGE_PATH`."""
+    return _line_tracer(lambda k: raise_it() if k == n else None)
+
+
 def _lines(action: Callable[[], object]) -> int:
+    """How many line events of :data:`RANGE_PATH` ``action`` makes."""
     count = [0]
-
-    def tracer(frame: FrameType, event: str, arg: Any) -> Any:
-        if frame.f_code.co_filename not in RANGE_PATH:
-            return None
-        if _line_event(frame, event):
-            count[0] += 1
-        return tracer
-
-    sys.settrace(tracer)
+    sys.settrace(_line_tracer(lambda k: count.__setitem__(0, k)))
     try:
         action()
     finally:

@@ -423,15 +423,26 @@ def read_ascend_db(
                 steps = [(int(s), int(e)) for s, e in db.execute(query)]
             role = db_role(db, tables)
             about = db_process(db, tables, RankTrace(0, []))
-    except TraceFileError:
-        raise
-    except (TypeError, ValueError, OverflowError) as e:
-        raise TraceFileError(path, f"has a malformed STEP_TIME row ({e})") from e
-    except sqlite3.Error as e:
-        raise TraceFileError(path, f"is not a readable profiler database ({e})") from e
+    except Exception as e:
+        error = as_trace_error(path, e)
+        if error is e:
+            raise
+        raise error from e
     trace = RankTrace(rank_of_db(path), records, steps, path, role, skipped=skipped)
     trace.run, trace.instance, trace.dropped = about.run, about.instance, about.dropped
     return trace
+
+
+def as_trace_error(path: Path, e: Exception) -> Exception:
+    """What a database reader raises for ``e``: a :class:`TraceFileError` naming ``path``
+    (a bad row, a file SQLite cannot read), or ``e`` itself when it is none of those."""
+    if isinstance(e, TraceFileError):
+        return e
+    if isinstance(e, (TypeError, ValueError, OverflowError)):
+        return TraceFileError(path, f"has a malformed STEP_TIME row ({e})")
+    if isinstance(e, sqlite3.Error):
+        return TraceFileError(path, f"is not a readable profiler database ({e})")
+    return e
 
 
 def text(value: Any, default: str) -> str:

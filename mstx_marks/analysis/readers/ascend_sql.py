@@ -75,6 +75,7 @@ from mstx_marks.export.ascend_db import (
     EVENT_MARKER,
     EVENT_PUSH_POP,
     EVENT_RANGE,
+    as_trace_error,
     db_process,
     db_role,
     event_records,
@@ -305,12 +306,11 @@ def db_about(path: Path) -> DbAbout:
             has_events = _has_events(path, tables)
             rank, role = _rank(path, db, tables), db_role(db, tables)
             return DbAbout(has_events, _file_steps(db, tables), rank, role)
-    except TraceFileError:
-        raise
-    except (TypeError, ValueError, OverflowError) as e:
-        raise TraceFileError(path, f"has a malformed STEP_TIME row ({e})") from e
-    except sqlite3.Error as e:
-        raise TraceFileError(path, f"is not a readable profiler database ({e})") from e
+    except Exception as e:
+        error = as_trace_error(path, e)
+        if error is e:
+            raise
+        raise error from e
 
 
 def _has_events(path: Path, tables: _Tables) -> bool:
@@ -408,12 +408,11 @@ def db_records(path: Path, sink: Callable[[Record], object]) -> RankTrace:
             trace = RankTrace(rank_of_db(path), [], steps, path, db_role(db, tables))
             trace.skipped = skipped
             found = with_notes(db_process(db, tables, trace), db.notes)
-    except TraceFileError:
-        raise
-    except (TypeError, ValueError, OverflowError) as e:
-        raise TraceFileError(path, f"has a malformed STEP_TIME row ({e})") from e
-    except sqlite3.Error as e:
-        raise TraceFileError(path, f"is not a readable profiler database ({e})") from e
+    except Exception as e:
+        error = as_trace_error(path, e)
+        if error is e:
+            raise
+        raise error from e
     return found
 
 
