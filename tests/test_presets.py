@@ -597,7 +597,7 @@ def test_registry_knows_verl_0_9_and_mindspeed_rl_names() -> None:
         "timing_s/param_sync": "update_weights",
         "sync_rollout_weights": "update_weights",
         "rollouter/validate_time": "testing",
-        "generate_async": "generate_sequences",
+        "generate_async": "generate_async",
         "forward_backward": "forward_backward",
         "Actor.compute_log_prob": "compute_log_prob",
         "ActorRolloutHybrid.compute_log_prob": "compute_log_prob",

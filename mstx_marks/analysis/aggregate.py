@@ -63,6 +63,7 @@ from mstx_marks.analysis.steps import (
     step_time_ns,
     step_windows,
 )
+from mstx_marks.base.phases import MEASURED_ELSEWHERE
 from mstx_marks.base.records import Member, RangeRecord, RankTrace, Span
 
 __all__ = [
@@ -547,6 +548,7 @@ def _notes(by_member: dict[Member, ProcessPart]) -> list[str]:
     unmarked = {m.label: p.unmarked for m, p in by_member.items() if p.unmarked}
     if unmarked:
         notes.append(unmarked_note(unmarked))
+    notes += _measured_elsewhere(by_member)
     bare = [f"{m.label} ({p.source})" for m, p in by_member.items() if p.no_mstx]
     if bare:
         notes.append(
@@ -555,6 +557,29 @@ def _notes(by_member: dict[Member, ProcessPart]) -> list[str]:
             + " (the database has no MSTX_EVENTS table: torch_npu creates it only when a range"
             " was recorded); only the steps are read"
         )
+    return notes
+
+
+def _measured_elsewhere(by_member: dict[Member, ProcessPart]) -> list[str]:
+    """A note for each range that ends after the work it times (the one-step-off trainer's
+    ``generate_async``), naming the phase that measures that work and where it ran."""
+    notes = []
+    for late, real in MEASURED_ELSEWHERE.items():
+        found = [(m, p.phases[late]) for m, p in by_member.items() if late in p.phases]
+        if not found:
+            continue
+        measuring = [p.phases[real] for p in by_member.values() if real in p.phases]
+        where = sorted({m.label for m, p in by_member.items() if real in p.phases})
+        late_ms = max(a.p50_ns for _, a in found) / 1e6
+        text = (
+            f"{late} ({', '.join(sorted({m.label for m, _ in found}))}, median {late_ms:.1f} ms)"
+            f" ends when its process's event loop next runs after the work it times ended: it"
+            f" overstates that work; {real} measures it"
+        )
+        if where:
+            real_ms = max(a.p50_ns for a in measuring) / 1e6
+            text += f" in {', '.join(where)} (median {real_ms:.1f} ms)"
+        notes.append(text)
     return notes
 
 

@@ -61,6 +61,35 @@ EXPECTATIONS: dict[str, tuple[str, ...]] = {
         "update_critic",
         "update_actor",
     ),
+    # verl's one-step-off GRPO (separate trainer and rollout pools): the colocated job's phases,
+    # the overlapped rollout's launch, and both sides of the weight sync with the pause around it.
+    "verl-async": (
+        "step",
+        "generate_sequences",
+        "generate_async",
+        "compute_score",
+        "compute_log_prob",
+        "compute_ref_log_prob",
+        "adv",
+        "update_actor",
+        "update_weights",
+        "actor_send_weights",
+        "rollout_receive_weights",
+        "rollout_pause",
+        "rollout_resume",
+    ),
+    # verl's fully async GRPO: the trainer waits for samples; weights are pushed every
+    # trigger_parameter_sync_step updates (param_sync).
+    "verl-fully-async": (
+        "step",
+        "wait_for_enough_samples",
+        "generate_sequences",
+        "compute_score",
+        "update_actor",
+        "update_weights",
+        "actor_send_weights",
+        "rollout_receive_weights",
+    ),
     # A vLLM rollout with the vllm (or vllm_ascend) preset armed.
     "vllm": ("vllm_one_step", "prefill_batch", "decode_batch"),
     # The demo (python -m mstx_marks demo).

@@ -38,6 +38,7 @@ from mstx_marks.base.forking import new_lock
 from mstx_marks.base.names import DEFAULT_DOMAIN, check_domain, check_name
 
 __all__ = [
+    "ACTOR_SEND_WEIGHTS",
     "ADV",
     "COMPUTE_LOG_PROB",
     "COMPUTE_REF_LOG_PROB",
@@ -50,8 +51,10 @@ __all__ = [
     "DUMP_ROLLOUT",
     "EMITTED",
     "FORWARD_BACKWARD",
+    "GENERATE_ASYNC",
     "GENERATE_SEQUENCES",
     "INFER_BATCH",
+    "MEASURED_ELSEWHERE",
     "MICRO_BATCH",
     "MINI_BATCH",
     "MIXED_BATCH",
@@ -61,6 +64,9 @@ __all__ = [
     "RESHARDING_TO_INFER",
     "RESHARDING_TO_TRAIN",
     "REWARD",
+    "ROLLOUT_PAUSE",
+    "ROLLOUT_RECEIVE_WEIGHTS",
+    "ROLLOUT_RESUME",
     "SAMPLING",
     "SAVE_CHECKPOINT",
     "SGLANG_FORWARD",
@@ -374,7 +380,6 @@ GENERATE_SEQUENCES = _std(
         "gen",  # verl trainer timer
         "rollout_generate",  # verl <= 0.7 role
         "gen_max",  # verl <= 0.7 trainer timer (REMAX baseline generation)
-        "generate_async",  # verl one-step-off trainer timer (rollout overlapped with training)
         "ActorHybridWorkerBase.generate_sequences",  # MindSpeed-RL range
         "ActorRolloutHybrid.generate_sequences",  # MindSpeed-RL range
         "actor_generate",  # MindSpeed-RL stage
@@ -478,6 +483,44 @@ UPDATE_WEIGHTS = _std(
         "sync_rollout_weights",  # verl one-step-off trainer timer
         "timing_s/param_sync",  # verl fully-async trainer timer
     ),
+)
+# Weight sync, each side apart (verl 0.7.1+): the trainer's `update_weights` timer holds both,
+# but on separate trainer and rollout pools (one-step-off, fully async) they run in different
+# processes, and the rollout side's first load into the engine is what costs (seconds).
+GENERATE_ASYNC = _std(
+    "generate_async",
+    "verl one-step-off trainer timer",
+    "the next step's rollout, launched by the trainer and overlapped with training; timed on the"
+    " trainer's event loop, so it ends when the loop next runs after the rollout ended (it"
+    " overstates the rollout: generate_sequences, in the agent loop, measures it)",
+)
+#: Ranges that end when their process next gets round to it, after the work they time ended:
+#: each names the phase that measures that work where it runs (the summary says so).
+MEASURED_ELSEWHERE: dict[str, str] = {"generate_async": "generate_sequences"}
+ACTOR_SEND_WEIGHTS = _std(
+    "actor_send_weights",
+    "verl 0.7.1+ ActorRolloutRefWorker.update_weights (preset)",
+    "weight sync, the actor side: gather the weights and send them through the checkpoint"
+    " engine (into the colocated rollout when naive)",
+    emitted="preset",
+)
+ROLLOUT_RECEIVE_WEIGHTS = _std(
+    "rollout_receive_weights",
+    "verl 0.7.1+ CheckpointEngineWorker.update_weights (preset)",
+    "weight sync, the rollout side: receive the weights and load them into the engine",
+    emitted="preset",
+)
+ROLLOUT_PAUSE = _std(
+    "rollout_pause",
+    "verl 0.7.1+ vLLMHttpServer / SGLangHttpServer.abort_all_requests (preset)",
+    "weight sync: the rollout server aborts in-flight requests and pauses generation",
+    emitted="preset",
+)
+ROLLOUT_RESUME = _std(
+    "rollout_resume",
+    "verl 0.7.1+ vLLMHttpServer / SGLangHttpServer.resume_generation (preset)",
+    "weight sync: the rollout server resumes generation",
+    emitted="preset",
 )
 SAVE_CHECKPOINT = _std("save_checkpoint", "verl trainer timer; torch_npu", "checkpoint saving")
 TESTING = _std(

@@ -25,6 +25,12 @@ Where the work runs, by version (read from the published wheels 0.6.1, 0.7.1, 0.
   own resource pool is scored from the trainer: ``RewardLoopManager.compute_rm_score``. (The
   old ``verl.workers.reward_manager`` classes still ship but no trainer calls them, and
   ``compute_reward``/``compute_reward_async`` are gone since 0.7.1.)
+- weight sync, 0.7.1 and newer, each side in the process where it runs: the actor's
+  ``ActorRolloutRefWorker.update_weights`` (gather and send through the checkpoint engine, or
+  load into the colocated rollout), the rollout's ``CheckpointEngineWorker.update_weights``
+  (receive and load into the engine: seconds the first time), and the rollout server's
+  ``abort_all_requests`` / ``resume_generation`` around it (vLLM's and SGLang's servers). The
+  trainer's ``update_weights`` / ``sync_rollout_weights`` timer holds them all;
 - the trainers' ``marked_timer`` (``step``, ``gen``, ``reward``, ``old_log_prob``, ...), bound
   as a global in each trainer module: routed through
   :func:`mstx_marks.profiling.verl_config.marked_timer`.
@@ -245,6 +251,11 @@ _ENGINE = "verl.workers.engine_workers"
 _AGENT = "verl.experimental.agent_loop.agent_loop"
 _REWARD = "verl.experimental.reward_loop.reward_loop"
 _NEW = "0.7.1 and newer"
+#: verl's rollout servers (Ray actors in front of the engine): they pause it for a weight sync.
+_SERVERS = (
+    ("verl.workers.rollout.vllm_rollout.vllm_async_server", "vLLMHttpServer"),
+    ("verl.workers.rollout.sglang_rollout.async_sglang_server", "SGLangHttpServer"),
+)
 _OLD = "0.7 and older"
 
 
@@ -292,6 +303,14 @@ TARGETS: tuple[Target, ...] = (
     *_legacy(),
     Target("verl", "verl.workers.fsdp_workers", "RewardModelWorker.compute_rm_score",
            "compute_rm_score", "0.7.0 and older", inside_annotation),
+    # Weight sync, each side in its own process (phases.ACTOR_SEND_WEIGHTS and the rest).
+    Target("verl", _ENGINE, "ActorRolloutRefWorker.update_weights", "actor_send_weights", _NEW),
+    Target("verl", "verl.checkpoint_engine.base", "CheckpointEngineWorker.update_weights",
+           "rollout_receive_weights", _NEW),
+    *(Target("verl", module, f"{server}.{method}", phase, _NEW)
+      for module, server in _SERVERS
+      for method, phase in (("abort_all_requests", "rollout_pause"),
+                            ("resume_generation", "rollout_resume"))),
     Target("verl", _AGENT, "AgentLoopWorker.generate_sequences", "generate_sequences",
            "0.7 and newer", until_background_tasks),
     Target("verl", _REWARD, "RewardLoopWorker.compute_score", "compute_score", _NEW),
