@@ -26,7 +26,7 @@ from types import FrameType
 
 from mstx_marks.base.forking import new_lock
 
-__all__ = ["MstxMarksWarning", "forget_warnings", "warn", "warn_once"]
+__all__ = ["MstxMarksWarning", "counted", "forget_warnings", "warn", "warn_once"]
 
 # The package folder (this file is in base/): frames under it are ours, not the user's.
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
@@ -101,3 +101,12 @@ def forget_warnings() -> None:
     """Let every :func:`warn_once` speak again. For tests."""
     with _said_lock:
         _said.clear()
+
+
+def counted(n: int, one: str, many: str = "") -> str:
+    """``n`` things in words, the noun agreeing: ``1 process``, ``2 processes``.
+
+    >>> counted(1, "process", "processes"), counted(3, "rank"), counted(0, "step")
+    ('1 process', '3 ranks', '0 steps')
+    """
+    return f"{n} {one if n == 1 else (many or one + 's')}"

@@ -235,6 +235,26 @@ def _coverage_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="the report as JSON (for CI)")
 
 
+def _export_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("path", help="an MSTX_MARKS_OUT folder, once the job has ended")
+    p.add_argument("--all", action="store_true", help="rewrite every process's files")
+
+
+def _export(args: argparse.Namespace) -> int:
+    from mstx_marks.base.diagnostics import counted
+    from mstx_marks.export.from_spills import export_spills, unexported
+
+    if not os.path.isdir(args.path):
+        raise _Exit(2, f"error: {args.path} is not a folder\n")
+    todo = len(unexported(args.path))
+    written = export_spills(args.path, every=args.all)
+    for path in written:
+        print(path)
+    done = counted(len(written) // 2, "process", "processes")
+    print(f"{done} exported ({todo} had only a spill, or older files)", file=sys.stderr)
+    return 0
+
+
 def _check_expectation(spec: str) -> str | None:
     """Why ``spec`` is not what the user meant, or None: a single word that is neither a named
     expectation nor a phase of the registry is a typo (``verl-gpro``), not a phase name; a
@@ -358,6 +378,7 @@ def _summary(args: argparse.Namespace) -> int:
     if args.jobs is not None and args.jobs < 1:
         print(f"error: --jobs {args.jobs}: must be at least 1", file=sys.stderr)
         return 2
+    _say_unexported(args.path)
     return run_summary(
         args.path,
         "csv" if args.csv else "json" if args.json else "table",
@@ -369,6 +390,24 @@ def _summary(args: argparse.Namespace) -> int:
         run=args.run_id,
         all_phases=args.all_phases,
     )
+
+
+def _say_unexported(path: str) -> None:
+    """A note when processes of the run left only their spill (ended by a signal, as Ray ends
+    its workers): the summary reads them, the profilers' viewers need their exports."""
+    from mstx_marks.base.diagnostics import counted
+    from mstx_marks.export.from_spills import unexported
+
+    if not os.path.isdir(path):
+        return
+    left = unexported(path)
+    if left:
+        print(
+            f"note: {counted(len(left), 'process', 'processes')} left only a spill (ended by a"
+            " signal: Ray ends its workers so); this summary reads it. For MindStudio Insight,"
+            f" msprof-analyze and Perfetto: {PROG} export {shlex.quote(path)}",
+            file=sys.stderr,
+        )
 
 
 def _doctor_args(p: argparse.ArgumentParser) -> None:
@@ -395,6 +434,7 @@ COMMANDS: dict[str, Command] = {
     "recipes": (_recipes_args, _recipes, "list the profiler capture recipes"),
     "doctor": (_doctor_args, _doctor, "say whether ranges would reach the profiler here, and why"),
     "coverage": (_coverage_args, _coverage, "list expected phases a run never emitted"),
+    "export": (_export_args, _export, "write the files of processes that left only a spill"),
     "phases": (_phases_args, _phases, "print the registry of standard RL phases"),
     "verl-overrides": (_verl_overrides_args, _verl_overrides, "print verl profiler overrides"),
     "check-verl": (_check_verl_args, _check_verl, "check verl profiler overrides"),
