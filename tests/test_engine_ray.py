@@ -133,6 +133,37 @@ def test_summary_reads_the_actors_spills(hook_run: Run, rl_python: Path) -> None
     assert stage["role"] == "Marked"  # one role (the actor class), two ranks
 
 
+def test_export_writes_each_actors_trace_and_database_from_its_spill(
+    hook_run: Run, rl_python: Path, tmp_path: Path
+) -> None:
+    """Ray's SIGKILL leaves the actors' spills, mostly without exports: ``mstx-marks export``
+    writes them, named by each actor's role, rank, host and pid, with what the spill holds."""
+    import shutil
+
+    from mstx_marks.export.ascend_db import read_ascend_db
+    from mstx_marks.export.chrome import read_chrome_trace
+
+    out = tmp_path / "out"
+    shutil.copytree(hook_run.out, out)
+    done = subprocess.run(
+        [str(rl_python), "-m", "mstx_marks", "export", str(out)],
+        env=clean_env(), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    traces = spills(out)
+    for actor, wanted in zip(hook_run.result["marked"], (N1, N2)):
+        pid, rank = actor["pid"], int(actor["rank"])
+        (chrome,) = (out / "chrome").glob(f"Marked-rank{rank}-*-{pid}.trace.json")
+        (db,) = (out / "ascend").glob(f"Marked_*_{pid}_*_ascend_pt/*/*.db")
+        for trace in (*read_chrome_trace(chrome), read_ascend_db(db)):
+            assert counts(trace.records) == counts(traces[pid].records) == {STAGE: wanted}
+    again = subprocess.run(
+        [str(rl_python), "-m", "mstx_marks", "export", str(out)],
+        env=clean_env(), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert again.stdout == "", again.stdout
+
+
 # --- MSTX_MARKS_OUT in env_vars only: `import mstx_marks` activates, roles tell actors apart --
 
 
