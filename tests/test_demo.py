@@ -59,7 +59,9 @@ def test_demo_writes_every_output_and_prints_the_summary(
         assert phase in stdout
     dbs = sorted(out.glob("ascend/*_ascend_pt/ASCEND_PROFILER_OUTPUT/ascend_pytorch_profiler_*.db"))
     assert sorted(db.name for db in dbs) == [f"ascend_pytorch_profiler_{r}.db" for r in (0, 1)]
-    assert (out / "chrome" / "rank0.trace.json").is_file()
+    # one Chrome trace per rank, named as MSTX_MARKS_OUT names them (role, rank, host, pid)
+    chrome = sorted(p.name for p in (out / "chrome").iterdir())
+    assert [n.split("-")[:2] for n in chrome] == [["mstx_marks", f"rank{r}"] for r in (0, 1)]
     assert json.loads((out / "trace.json").read_text())["otherData"]["generator"] == "mstx_marks"
     page = (out / "report.html").read_text()
     assert page.startswith("<!DOCTYPE html>") and "update_actor" in page and "http" not in page
@@ -81,7 +83,8 @@ def test_demo_outputs_agree_with_each_other(demo_run: tuple[Path, str, str]) -> 
         assert names.count("vllm_one_step") == STEPS * (TOKENS - 2)
         assert {r.domain for r in trace.ranges if r.name == "vllm_one_step"} == {"vllm_one_step"}
         assert len({r.pid for r in trace.records}) == 1
-        per_rank = read_chrome_trace(out / "chrome" / f"rank{trace.rank}.trace.json")[0]
+        (chrome,) = (out / "chrome").glob(f"mstx_marks-rank{trace.rank}-*.trace.json")
+        per_rank = read_chrome_trace(chrome)[0]
         assert per_rank.ranges == merged[trace.rank].ranges == trace.ranges
         bars = svg.findall(f".//{{*}}rect[@data-rank='{trace.rank}']")
         assert len(bars) == len(trace.ranges)

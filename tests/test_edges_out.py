@@ -297,7 +297,7 @@ def test_events_lost_while_the_folder_refused_them_are_counted_at_exit(
     rec = Recorder()
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
-        session = OutSession(out, None, recorder=rec, by_role=False, rank=0)
+        session = OutSession(out, None, recorder=rec, rank=0)
         out.write_text("")  # refused from here on
         for name in ("lost_1", "lost_2"):
             rec.range_end(rec.range_start(name, "d"), "d")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import warnings
@@ -14,7 +15,8 @@ import pytest
 
 import mstx_marks
 from mstx_marks.backends.record import Recorder
-from mstx_marks.export import flush_at_exit, read_ascend_db, read_chrome_trace
+from mstx_marks.export import chrome_trace_path, flush_at_exit, read_ascend_db, read_chrome_trace
+from mstx_marks.export.out import process_role
 
 
 @pytest.fixture(autouse=True)
@@ -62,7 +64,10 @@ def test_a_stopped_worker_loses_nothing_it_recorded(tmp_path: Path, signum: int)
     (db,) = tmp_path.glob("ascend/*/ASCEND_PROFILER_OUTPUT/ascend_pytorch_profiler_4.db")
     # The range still open at the signal is exported too, ended at the flush.
     assert [r.name for r in read_ascend_db(db).ranges] == ["update_actor"] * 3 + ["never_ended"]
-    assert [p.name for p in (tmp_path / "chrome").iterdir()] == ["rank4.trace.json"]
+    # named as MSTX_MARKS_OUT names its files: role ("python -c" is "main"), rank, host, pid
+    host = socket.gethostname()
+    names = [p.name for p in (tmp_path / "chrome").iterdir()]
+    assert names == [f"main-rank4-{host}-{proc.pid}.trace.json"]
     # the spill was written first (what a grace period ending mid-export would have left)
     from mstx_marks.export.spill import read_spill
 
@@ -242,4 +247,60 @@ def test_the_rank_comes_from_torch_distributed_when_rank_is_unset(
     with mstx_marks.mark("step"):
         pass
     chrome, db = flush()
-    assert chrome.name == "rank5.trace.json" and read_ascend_db(db).rank == 5
+    assert chrome == chrome_trace_path(tmp_path, 5, role=process_role())
+    assert read_ascend_db(db).rank == 5
+
+
+_BOTH_WAYS = """
+import sys
+from mstx_marks import mark
+from mstx_marks.export import flush_at_exit
+flush_at_exit(sys.argv[1])  # beside MSTX_MARKS_OUT=sys.argv[2], set in the environment
+with mark("step"):
+    pass
+"""
+
+
+def test_flush_at_exit_names_its_files_as_mstx_marks_out_does(tmp_path: Path) -> None:
+    """One process asking for files both ways writes the same names into both folders: one
+    naming (role, rank, host, pid), whoever asked."""
+    own, out = tmp_path / "own", tmp_path / "out"
+    env = {**os.environ, "MSTX_MARKS_OUT": str(out), "MSTX_MARKS_ROLE": "trainer", "RANK": "2"}
+    proc = subprocess.run(
+        [sys.executable, "-c", _BOTH_WAYS, str(own), str(out)],
+        capture_output=True, text=True, timeout=60, env=env,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+
+    def names(folder: Path) -> list[str]:
+        chrome = [p.name for p in (folder / "chrome").iterdir()]
+        # a database folder is <worker>_<time>_ascend_pt: the worker, less the time
+        dbs = [p.parent.parent.name.rsplit("_", 3)[0] for p in folder.glob("ascend/*/*/*.db")]
+        return chrome + dbs
+
+    host = socket.gethostname()
+    assert names(own) == names(out)
+    assert names(own)[0].startswith(f"trainer-rank2-{host}-")
+    assert names(own)[1].startswith(f"trainer_{host}_")
+    for folder in (own, out):
+        (db,) = folder.glob("ascend/*/ASCEND_PROFILER_OUTPUT/ascend_pytorch_profiler_2.db")
+        assert [r.name for r in read_ascend_db(db).ranges] == ["step"]
+
+
+@pytest.mark.parametrize("how", ["flush_at_exit", "MSTX_MARKS_OUT"])
+def test_each_flush_rewrites_one_database_rather_than_adding_folders(
+    tmp_path: Path, how: str
+) -> None:
+    from mstx_marks.export.out import record_to
+
+    if how == "flush_at_exit":
+        flush = flush_at_exit(tmp_path, rank=0, signals=())
+    else:
+        flush = record_to(tmp_path, interval=None, signals=()).flush
+    for _ in range(3):
+        with mstx_marks.mark("step"):
+            pass
+        chrome, db = flush()
+    assert len(list(tmp_path.glob("ascend/*_ascend_pt"))) == 1
+    assert [p.name for p in (tmp_path / "chrome").iterdir()] == [chrome.name]
+    assert [r.name for r in read_ascend_db(db).ranges] == ["step"] * 3

@@ -14,8 +14,9 @@ same on every rank) would otherwise land in step 1 of one rank and make a symmet
 unbalanced. Each rank prints a line when it is ready and one per step.
 
 Under ``--out`` (default ``demo-out``) the demo writes ``trace.json`` (all ranks, for Perfetto),
-``chrome/rankN.trace.json``, ``ascend/<host>_<pid>_<time>_ascend_pt/...`` (for msprof-analyze),
-``report.html`` (the HTML report) and ``timeline.svg``, then prints the summary table.
+``chrome/mstx_marks-rank<N>-<host>-<pid>.trace.json`` (the ranks' role is ``mstx_marks``),
+``ascend/mstx_marks_<host>_<pid>_<time>_ascend_pt/...`` (for msprof-analyze), ``report.html``
+(the HTML report) and ``timeline.svg``, then prints the summary table.
 
 >>> run_demo  # doctest: +SKIP
 """

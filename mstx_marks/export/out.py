@@ -10,10 +10,10 @@ session's one spill at exit, on SIGTERM, or when a ``flush()`` asks.
 
 Each process records (beside the device backend), spills completed events to its own file at
 least once a second (:mod:`.spill`), and at exit or SIGTERM adds the ranges still open and
-writes each view's Chrome trace and Ascend database. ``MSTX_MARKS_OUT``'s files are named by
-role, host and pid, so the processes of a job (trainer ranks, Ray actors, vLLM's EngineCore and
-workers, which may all say rank 0) never overwrite each other, and a process that records
-nothing writes nothing; :func:`flush_at_exit`'s by rank (``chrome/rank0.trace.json``).
+writes each view's Chrome trace and Ascend database. The files are named by role, rank, host
+and pid, whoever asked for them (``MSTX_MARKS_OUT`` or :func:`flush_at_exit`), so the processes
+of a job (trainer ranks, Ray actors, vLLM's EngineCore and workers, which may all say rank 0)
+never overwrite each other; a process that records nothing writes nothing.
 
 Processes that end without exit hooks still leave their spill. ``os._exit`` (multiprocessing's
 fork children end so) is wrapped to write the last events first. Ray 2.60 ends its workers from
@@ -31,8 +31,9 @@ worker that gets to handle its SIGTERM writes only its final spill (an export wo
 by the SIGKILL, leaving temporaries behind).
 
 Each process's files carry its role (:func:`process_role`): the Chrome trace is
-``chrome/<role>-rank<N>-<host>-<pid>.trace.json``, the database folder
-``ascend/<role>_<host>_<pid>_<time>_ascend_pt``, and the spill says it in its header.
+``chrome/<role>-rank<N>-<host>-<pid>.trace.json`` (:func:`~.flush.chrome_trace_path`), the
+database folder ``ascend/<role>_<host>_<pid>_<time>_ascend_pt`` (:func:`~.flush.db_worker`, one
+per view and process, rewritten by each write), and the spill says it in its header.
 
 >>> import tempfile
 >>> from mstx_marks import configure, mark
@@ -51,7 +52,6 @@ import functools
 import multiprocessing
 import os
 import signal
-import socket
 import stat
 import sys
 import threading
@@ -67,7 +67,7 @@ from mstx_marks.base.forking import after_fork_in_child, new_lock
 from mstx_marks.base.records import RankTrace
 from mstx_marks.core import routing as settings
 from mstx_marks.export.ascend_db import ascend_db_path
-from mstx_marks.export.flush import chain_signal, export_rank, safe_role, signals_deferred
+from mstx_marks.export.flush import chain_signal, db_worker, export_rank, signals_deferred
 from mstx_marks.export.spill import Spill
 
 __all__ = [
@@ -136,7 +136,8 @@ def process_role() -> str:
     2. in a Ray actor, the actor's class (``TaskRunner``, ``WorkerDict``, ``AgentLoopWorkerTQ``,
        ...), else its name; in another Ray worker, ``ray_task``;
     3. a named multiprocessing process's name (vLLM's ``EngineCore_DP0``, ``VllmWorker-0``);
-    4. the script's name (``main_ppo``, ``train``), else ``main`` (``python -c``, ``-m``, a REPL).
+    4. the script's name (``main_ppo``, ``train``; a package run with ``-m``, the package's:
+       ``mstx_marks`` for ``python -m mstx_marks``), else ``main`` (``python -c``, a REPL).
 
     Ray is never imported for this: only a process that already imported it is asked. Cheap
     enough to call at every spill (an actor's role is kept once found).
@@ -152,7 +153,9 @@ def process_role() -> str:
     name = multiprocessing.current_process().name
     if name and name != "MainProcess":
         return name
-    script = Path(sys.argv[0]).stem if sys.argv and sys.argv[0] else ""
+    path = Path(sys.argv[0] if sys.argv else "")
+    # ``python -m package`` runs package/__main__.py: the package says more than __main__.
+    script = path.parent.name if path.stem == "__main__" else path.stem
     return script if script and script not in ("-c", "-m") else "main"
 
 
@@ -193,17 +196,17 @@ def _actor_class(context: Any) -> str:
 
 @dataclass
 class View:
-    """One request for files: a folder written from the session's spill. ``by_role`` names the
-    files by role, host and pid (``MSTX_MARKS_OUT``), else by rank (:func:`flush_at_exit`);
-    ``rank`` is the rank they say (None: the process's, read when written)."""
+    """One request for files: a folder written from the session's spill. ``rank`` is the rank
+    the files say (None: the process's, read when written)."""
 
     out_dir: Path
-    by_role: bool = True
     rank: int | None = None
     #: What the last write put there (a write with nothing recorded never replaces it).
     written: list[Path] = field(default_factory=list)
-    #: The database path of a by-rank view, fixed at its first write in a process.
+    #: The database path, fixed at the view's first write in a process, and the rank and role
+    #: it is for: each later write replaces that database rather than adding a folder.
     db_path: Path | None = None
+    db_for: tuple[int, str] | None = None
 
 
 class OutSession:
@@ -219,18 +222,16 @@ class OutSession:
         interval: float | None,
         *,
         recorder: Recorder | None = None,
-        by_role: bool = True,
         rank: int | None = None,
     ) -> None:
         self.out_dir = _absolute(out_dir)
         self.interval = interval
         self.recorder = recorder if recorder is not None else default_recorder()
-        self.views = [View(self.out_dir, by_role, rank)]
+        self.views = [View(self.out_dir, rank)]
         _say_if_unwritable(self.out_dir)
         #: Set when a signal ended a Ray worker: only the spill is written from then on.
         self.spill_only = False
         self._closed = False
-        self._child = False
         self._late_writes = 0
         self._lost_said = False
         # Re-entrant: a flush called from a signal handler on a thread already writing.
@@ -247,14 +248,14 @@ class OutSession:
         explicit = [v.rank for v in self.views if v.rank is not None]
         return explicit[0] if explicit else env.rank()
 
-    def view(self, out_dir: str | Path, *, by_role: bool, rank: int | None) -> View:
-        """The view of ``out_dir`` with that naming, added if new: what a request joins."""
+    def view(self, out_dir: str | Path, *, rank: int | None) -> View:
+        """The view of ``out_dir`` for that rank, added if new: what a request joins."""
         folder = _absolute(out_dir)
         with self.lock:
             for v in self.views:
-                if v.out_dir == folder and v.by_role == by_role and v.rank == rank:
+                if v.out_dir == folder and v.rank == rank:
                     return v
-            view = View(folder, by_role, rank)
+            view = View(folder, rank)
             self.views.append(view)
         _say_if_unwritable(folder)
         return view
@@ -357,27 +358,20 @@ class OutSession:
         warn_once(("lost at exit", str(view.out_dir)), text)
 
     def _export(self, trace: RankTrace, view: View) -> list[Path]:
-        host, pid = socket.gethostname(), os.getpid()
         trace.rank = view.rank if view.rank is not None else self.spill.rank
         trace.role = self.spill.role
-        if not view.by_role:
-            if view.db_path is None:
-                view.db_path = ascend_db_path(view.out_dir / "ascend", trace.rank)
-            # A forked child's trace is its own file: it never replaces its parent's.
-            process = f"{host}-{pid}" if self._child else ""
-            return export_rank(view.out_dir, trace, view.db_path, process)
-        # torch_npu's folder is <worker>_<time>_ascend_pt: the role leads the worker name, so
-        # a listing groups the databases by role too (the role is also in its META_DATA).
-        worker = f"{safe_role(trace.role)}_{host}_{pid}" if trace.role else None
-        db = ascend_db_path(view.out_dir / "ascend", trace.rank, worker=worker)
-        return export_rank(view.out_dir, trace, db, process=f"{host}-{pid}")
+        if view.db_path is None or view.db_for != (trace.rank, trace.role):  # (known late)
+            worker = db_worker(trace.role)
+            view.db_path = ascend_db_path(view.out_dir / "ascend", trace.rank, worker=worker)
+            view.db_for = (trace.rank, trace.role)
+        # Named by this process (a forked child's files are its own, never its parent's).
+        return export_rank(view.out_dir, trace, view.db_path)
 
     def _forked(self) -> None:
         # The child has its own pid, so its own files; the recorder cleared itself at the fork.
         self._closed = False
-        self._child = True
         for v in self.views:
-            v.written, v.db_path = [], None
+            v.written, v.db_path, v.db_for = [], None, None
         self._begin()
         _SignalWatch.after_fork()
 
@@ -555,8 +549,8 @@ def record_to(
     """Record this process's ranges to ``out_dir`` until it exits (what ``MSTX_MARKS_OUT``
     does); returns the process's session. ``interval`` is the spill period in seconds (None:
     only at exit). A later call joins the session: ``out_dir`` becomes one more view of it."""
-    session = _join(out_dir, interval, signals, by_role=True, rank=None)
-    session.view(out_dir, by_role=True, rank=None)
+    session = _join(out_dir, interval, signals, rank=None)
+    session.view(out_dir, rank=None)
     return session
 
 
@@ -568,9 +562,10 @@ def flush_at_exit(
     signals: Iterable[int] = (signal.SIGTERM, signal.SIGINT),
     interval: float | None = 0.5,
 ) -> Callable[[], list[Path]]:
-    """Write this process's recording to ``out_dir`` (``chrome/rankN.trace.json`` and an Ascend
-    database) at interpreter exit and on each of ``signals``; return the flush, to call at any
-    time as well.
+    """Write this process's recording to ``out_dir`` (a Chrome trace,
+    ``chrome/<role>-rank<N>-<host>-<pid>.trace.json``, and an Ascend database: named as
+    ``MSTX_MARKS_OUT``'s) at interpreter exit and on each of ``signals``; return the flush, to
+    call at any time as well.
 
     It joins the process's one recording session (:func:`record_to`, ``MSTX_MARKS_OUT``): one
     spill, one exit write, ``out_dir`` one more view of it. Asking for files means recording:
@@ -590,17 +585,18 @@ def flush_at_exit(
     >>> rec = Recorder()
     >>> rec.range_end(rec.range_start("step", "default"), "default")
     >>> flush = flush_at_exit(tempfile.mkdtemp(), rank=0, recorder=rec, signals=())
-    >>> [p.name for p in flush()]
-    ['rank0.trace.json', 'ascend_pytorch_profiler_0.db']
+    >>> chrome, db = flush()
+    >>> "-rank0-" in chrome.name, db.name
+    (True, 'ascend_pytorch_profiler_0.db')
     """
     if recorder is not None:  # a recording of its own: its own session and exit
-        own = OutSession(out_dir, interval, recorder=recorder, by_role=False, rank=rank)
+        own = OutSession(out_dir, interval, recorder=recorder, rank=rank)
         after_fork_in_child(own._forked)
         atexit.register(_closing(own))
         _chain(signals, _closing(own))
         return functools.partial(own.flush, own.views[0])
-    session = _join(out_dir, interval, signals, by_role=False, rank=rank)
-    return functools.partial(session.flush, session.view(out_dir, by_role=False, rank=rank))
+    session = _join(out_dir, interval, signals, rank=rank)
+    return functools.partial(session.flush, session.view(out_dir, rank=rank))
 
 
 _join_lock = new_lock(reentrant=True)
@@ -612,7 +608,6 @@ def _join(
     interval: float | None,
     signals: Iterable[int],
     *,
-    by_role: bool,
     rank: int | None,
 ) -> OutSession:
     """The process's session, made (with its exit hooks) by the first request; every request
@@ -623,7 +618,7 @@ def _join(
         env.run_id()  # made now, so the processes this one starts share it
         session = _session
         if session is None:
-            session = _session = OutSession(out_dir, interval, by_role=by_role, rank=rank)
+            session = _session = OutSession(out_dir, interval, rank=rank)
             atexit.register(_close_quietly)
             after_fork_in_child(session._forked)
             os._exit = _exit_writing  # type: ignore[assignment]
