@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import html
+import json
+import re
 import shutil
 import subprocess
 import xml.etree.ElementTree as ET
@@ -8,6 +11,9 @@ from pathlib import Path
 import pytest
 from support.recorded import PID, T0, TID, rng, synthetic_rank, two_overlapping_tasks
 
+from mstx_marks.analysis.report_html import report_data
+from mstx_marks.analysis.steps import fold_name
+from mstx_marks.analysis.summary import summarize
 from mstx_marks.analysis.timeline import MIN_BAR_PX, render_svg, write_svg
 from mstx_marks.base.records import RangeRecord, RankTrace
 
@@ -175,3 +181,118 @@ def test_open_ranges_are_drawn_apart_and_say_so() -> None:
         closed.find(f".//{SVG}pattern") is None
         and closed.find(f".//{SVG}g[@class='legend-open']") is None
     )
+
+
+def test_the_svg_colours_each_phase_as_the_html_report_does() -> None:
+    """One colour per phase in both pictures of one run (the SVG once numbered its colours by
+    first appearance, the report by name: ``step`` was blue in one and grey in the other)."""
+    a, b = synthetic_rank(0, steps=2), synthetic_rank(1, steps=2, slow=50)
+    b.records.append(rng("my_own_phase", 3000, 3100))  # a name of no palette: hashed
+    b.role = "rollout"
+    traces = [a, b]
+    root = _parse(render_svg(traces, fold_name))  # as `summary --svg` draws it
+    data = report_data(traces, summarize(traces))
+    in_report = dict(zip(data["names"], data["colors"]))
+    items = root.findall(f".//{SVG}g[@class='legend-item']")
+    in_svg = {i.get("data-name"): i.find(f"{SVG}rect").get("fill") for i in items}  # type: ignore[union-attr]
+    assert set(in_svg) >= {"step", "generate_sequences", "my_own_phase"}
+    assert in_svg == {name: in_report[name] for name in in_svg}  # (the report has instants too)
+    for bar in root.iter(f"{SVG}rect"):  # every bar too, not only the legend
+        if bar.get("class") == "range":
+            assert bar.get("fill") == in_report[bar.get("data-name", "")]
+
+
+def _labelled_ranks() -> list[RankTrace]:
+    """Rows whose labels once met: a long role with two threads (its label on the first
+    thread's label), a long role with one thread (its label on the bars), a short role with two
+    threads, and a rank with no role and one thread."""
+    two = synthetic_rank(0, steps=1)
+    two.records.append(RangeRecord("weight_sync", "default", T0 + 100, T0 + 1200, TID + 1, PID))
+    two.role = "AgentLoopWorkerTQ_with_a_long_role_name"
+    one = synthetic_rank(1, steps=1)
+    one.role = "AgentLoopWorkerTQ"
+    short = synthetic_rank(2, steps=1)
+    short.records.append(RangeRecord("weight_sync", "default", T0 + 100, T0 + 900, TID + 1, PID))
+    short.role = "TaskRunner"
+    return [two, one, short, synthetic_rank(3, steps=1)]
+
+
+Box = tuple[float, float, float, float]  # left, top, right, bottom
+
+
+def _meet(a: Box, b: Box) -> bool:
+    return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
+
+
+def _estimated_boxes(row: ET.Element) -> dict[str, list[Box]]:
+    """The row's rank label, lane labels and bars as boxes; a text's width estimated generously
+    (0.7 em a character), its height from the font size (descenders included)."""
+    out: dict[str, list[Box]] = {"rank-label": [], "lane-label": [], "range": []}
+    for el in row:
+        kind = el.get("class", "")
+        if kind not in out:
+            continue
+        x, y = float(el.get("x", "")), float(el.get("y", ""))
+        if kind == "range":
+            out[kind].append((x, y, x + float(el.get("width", "")), y + float(el.get("height", ""))))
+            continue
+        size = 12.0 if kind == "rank-label" else 9.0
+        width = 0.7 * size * len(el.text or "")
+        left = x - width if el.get("text-anchor") == "end" else x
+        out[kind].append((left, y - size, left + width, y + 0.25 * size))
+    return out
+
+
+def _assert_apart(rows: list[dict[str, list[Box]]]) -> None:
+    for boxes in rows:
+        (rank_label,) = boxes["rank-label"]
+        assert rank_label[0] >= 0
+        for other in boxes["lane-label"] + boxes["range"]:
+            assert not _meet(rank_label, other), (rank_label, other)
+        for lane_label in boxes["lane-label"]:
+            assert not any(_meet(lane_label, bar) for bar in boxes["range"]), lane_label
+
+
+def test_a_rank_label_never_meets_a_thread_label_or_a_bar() -> None:
+    root = _parse(render_svg(_labelled_ranks()))
+    rows = root.findall(f"{SVG}g[@class='rank']")
+    assert [r.get("data-role") for r in rows] == [
+        None, "AgentLoopWorkerTQ", "AgentLoopWorkerTQ_with_a_long_role_name", "TaskRunner"
+    ]
+    boxes = [_estimated_boxes(row) for row in rows]
+    assert all(b["lane-label"] for b in boxes[2:])  # the threads are labelled
+    _assert_apart(boxes)
+    # a short label with one thread keeps to its first lane: no line of its own
+    (short,), bars = boxes[0]["rank-label"], boxes[0]["range"]
+    assert min(bar[1] for bar in bars) < short[3]
+
+
+_MEASURE_LABELS = """<!DOCTYPE html><html><body>%s<pre id="out"></pre><script>
+const rows = [...document.querySelectorAll('g.rank')].map(row => {
+  const boxes = {'rank-label': [], 'lane-label': [], 'range': []};
+  for (const el of row.children) {
+    const kind = el.getAttribute('class');
+    if (!(kind in boxes)) continue;
+    const b = el.getBBox();
+    boxes[kind].push([b.x, b.y, b.x + b.width, b.y + b.height]);
+  }
+  return boxes;
+});
+document.getElementById('out').textContent = JSON.stringify(rows);
+</script></body></html>"""
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="needs headless chromium")
+def test_a_rank_label_never_meets_a_thread_label_or_a_bar_in_chromium(tmp_path: Path) -> None:
+    """The same, with the boxes a browser draws (its fonts, not an estimate)."""
+    page = tmp_path / "labels.html"
+    page.write_text(_MEASURE_LABELS % render_svg(_labelled_ranks()))
+    dumped = subprocess.run(
+        ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom", page.as_uri()],
+        capture_output=True, text=True, timeout=60, check=True,
+    ).stdout  # fmt: skip
+    found = re.search(r'<pre id="out">(.*?)</pre>', dumped, re.S)
+    assert found, dumped[-2000:]
+    rows = json.loads(html.unescape(found.group(1)))
+    assert len(rows) == 4 and all(len(r["rank-label"]) == 1 for r in rows)
+    _assert_apart([{k: [tuple(b) for b in v] for k, v in r.items()} for r in rows])

@@ -12,7 +12,8 @@ holds:
   at least :data:`MIN_BAR_PX` wide, so a phase far shorter than a pixel still shows; hovering
   gives its true duration, name, role, rank, thread, start and ``args``. Instants are marked by
   triangles (hover: name, time, ``args``). Steps are dashed lines labelled with their key. Each
-  phase has one colour in every report (:func:`phase_color`, from the name). Beyond
+  phase has one colour in every report and in the SVG timeline (:func:`phase_color`, from
+  the name: :mod:`~mstx_marks.analysis.colors`). Beyond
   :data:`MAX_BARS` ranges only the longest are drawn (the page says how many were left out;
   the table still counts them all).
 - **the per-phase table**: per phase its row across ranks and a row per rank (click the phase to
@@ -37,21 +38,21 @@ True
 
 from __future__ import annotations
 
-import colorsys
 import html
 import json
-import zlib
 from collections import Counter
 from pathlib import Path
 from typing import Any, Sequence
 
 from mstx_marks.analysis.aggregate import PhaseSummary, Stats, Summary
+from mstx_marks.analysis.colors import OTHER_COLOR, PHASE_COLORS, phase_color
 from mstx_marks.analysis.mark_pairs import pair_marks
 from mstx_marks.analysis.stages import range_name
 from mstx_marks.analysis.steps import StepOptions, find_steps, fold_name
 from mstx_marks.analysis.summary_text import cut, run_line
-from mstx_marks.analysis.timeline import OTHER_COLOR, assign_lanes
+from mstx_marks.analysis.timeline import assign_lanes
 from mstx_marks.analysis.top_phases import MAX_PHASES, OtherPhases, top_phases
+from mstx_marks.base.diagnostics import counted
 from mstx_marks.base.records import InstantRecord, RangeRecord, RankTrace, Record
 from mstx_marks.export import atomic_write_bytes
 
@@ -77,42 +78,6 @@ MAX_MARKS = 50_000
 
 def _ms(ns: float) -> float:
     return round(ns / 1e6, 6)
-
-
-#: The colours of the phases RL jobs mark most, fixed so that they are told apart at a glance;
-#: any other phase's colour comes from a hash of its name.
-PHASE_COLORS = {
-    "step": "#9aa5b1", "train_step": "#9aa5b1", "training_step": "#9aa5b1",
-    "global_step": "#9aa5b1", "ProfilerStep": "#9aa5b1",
-    "generate_sequences": "#4e79a7", "vllm_one_step": "#a0cbe8", "prefill_batch": "#2f6b9a",
-    "decode_batch": "#7fb3d5", "mixed_batch": "#5d8fbf", "sampling": "#17becf",
-    "compute_log_prob": "#f28e2b", "compute_ref_log_prob": "#ffbe7d", "compute_values": "#b6992d",
-    "reward": "#e15759", "compute_rm_score": "#ff9d9a", "compute_score": "#c0392b",
-    "adv": "#edc948", "update_actor": "#59a14f", "update_critic": "#8cd17d",
-    "update_weights": "#b07aa1", "resharding_to_infer": "#d4a6c8",
-    "resharding_to_train": "#8e5d8a", "save_checkpoint": "#79706e", "testing": "#bab0ac",
-    "forward": "#499894", "backward": "#86bcb6", "forward_backward": "#3b7c78",
-    "dataloader": "#f1ce63", "offload": "#d7b5a6", "onload": "#9d7660",
-    "train_batch": "#2ca02c", "infer_batch": "#1f77b4", "mini_batch": "#d37295",
-    "micro_batch": "#fabfd2", "tool_calls": "#ff7f0e",
-}  # fmt: skip
-
-
-def phase_color(name: str) -> str:
-    """The colour of a phase, as ``#rrggbb``: from its name alone, so one phase has one colour
-    in every report (:data:`PHASE_COLORS`, else a hash of the name).
-
-    >>> phase_color("update_actor"), phase_color("my_phase") == phase_color("my_phase")
-    ('#59a14f', True)
-    """
-    fixed = PHASE_COLORS.get(name)
-    if fixed:
-        return fixed
-    h = zlib.crc32(name.encode("utf-8", "replace"))
-    r, g, b = colorsys.hls_to_rgb(
-        (h % 360) / 360, (40 + (h >> 12) % 3 * 8) / 100, (55 + (h >> 9) % 3 * 12) / 100
-    )
-    return "#{:02x}{:02x}{:02x}".format(*(round(255 * c) for c in (r, g, b)))
 
 
 def _stats_row(s: Stats) -> dict[str, Any]:
@@ -785,11 +750,11 @@ def render_html(
         else ""
     )
     ranks, roles = data["ranks"], [r for r in data["roles"] if r]
-    who = _count(len(ranks), "rank")
+    who = counted(len(ranks), "rank")
     if roles:  # roles first: several roles may share one rank
         who = (
-            f"{_count(len(data['members']), 'process', 'processes')} in"
-            f" {_count(len(roles), 'role')} ("
+            f"{counted(len(data['members']), 'process', 'processes')} in"
+            f" {counted(len(roles), 'role')} ("
             + ", ".join(html.escape(r) for r in roles)
             + f") on {who}"
         )
@@ -826,12 +791,3 @@ def write_html_report(
     """Write :func:`render_html` to ``path`` atomically and return the path."""
     page = render_html(traces, summary, steps, max_phases=max_phases)
     return atomic_write_bytes(path, page.encode())
-
-
-def _count(n: int, one: str, many: str = "") -> str:
-    """``1 role``, ``2 roles``.
-
-    >>> _count(1, "process", "processes"), _count(3, "rank")
-    ('1 process', '3 ranks')
-    """
-    return f"{n} {one if n == 1 else (many or one + 's')}"

@@ -3,10 +3,13 @@
 One row per rank, and inside a row one track per thread. In a track, a range goes below every
 range that contains it, so a step, its phases and their sub-phases stack up; ranges that overlap
 without nesting (asyncio tasks gathered on one thread) get lanes of their own instead of hiding
-each other. Lanes are labelled (the rank, and the thread or the lane when there are several).
+each other. Lanes are labelled (the rank, and the thread or the lane when there are several); a
+rank's label gets a line of its own above its tracks when it would meet a thread's label or the
+bars (several threads, a long role name).
 Marks named ``X_start`` and ``X_stop`` are drawn as the range ``X``, as msprof-analyze pairs
-them. Each phase name has one colour (see the legend; past 200 names, those of most time, the
-others grey under one entry), step starts are dashed lines, a bar is at
+them. Each phase name has one colour, the HTML report's (:func:`~.colors.phase_color`; see the
+legend; past 200 names, those of most time, the others grey under one entry), step starts are
+dashed lines, a bar is at
 least one pixel wide however short its range, and a range still open when it was read has a dashed
 outline and hatching. Hovering a bar shows its name, thread and duration. Bars are
 ``<rect class="range">`` with ``data-rank``, ``data-thread``, ``data-lane``, ``data-name``,
@@ -24,10 +27,10 @@ from __future__ import annotations
 
 import re
 import xml.etree.ElementTree as ET
-import zlib
 from pathlib import Path
 from typing import Callable, Sequence
 
+from mstx_marks.analysis.colors import OTHER_COLOR, phase_color
 from mstx_marks.analysis.mark_pairs import pair_marks
 from mstx_marks.analysis.stages import range_name
 from mstx_marks.analysis.top_phases import MAX_PHASES
@@ -38,6 +41,9 @@ __all__ = ["MIN_BAR_PX", "OTHER_COLOR", "assign_lanes", "render_svg", "write_svg
 
 _WIDTH = 1400
 _LEFT = 150  # the lane labels: "rank N", then "thread T" or "lane K" right-aligned
+_LABEL_X = 8  # where a rank's label starts
+_LABEL_PX = 12  # its font size (text{font:12px ...} below)
+_EM_PER_CHAR = 0.65  # a character's width in ems, generous (capitals; most fonts' are ~0.55)
 _RIGHT = 20
 _TOP = 40
 _LANE = 16
@@ -47,12 +53,6 @@ MIN_BAR_PX = 1.0
 _ROW_GAP = 12
 _AXIS = 36
 _LEGEND_ROW = 20
-#: The colour of the phases past the legend's cut, all alike.
-OTHER_COLOR = "#c8c8c8"
-_PALETTE = (
-    "#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948",
-    "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac", "#1f77b4", "#d62728",
-)  # fmt: skip
 # Characters XML 1.0 cannot hold (ElementTree writes them as they are, making the file unreadable);
 # range names may contain them, as may lone surrogates, which cannot even be encoded.
 _NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
@@ -60,12 +60,6 @@ _NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
 def _xml_text(text: str) -> str:
     return _NOT_XML.sub("\ufffd", text)
-
-
-def _color(index: int, name: str) -> str:
-    if index < len(_PALETTE):
-        return _PALETTE[index]
-    return f"hsl({zlib.crc32(name.encode()) % 360}, 55%, 55%)"
 
 
 def assign_lanes(ranges: list[RangeRecord]) -> list[tuple[RangeRecord, int]]:
@@ -120,6 +114,49 @@ def _paired(trace: RankTrace) -> RankTrace:
     :mod:`mstx_marks.analysis.mark_pairs`)."""
     records = pair_marks(trace.records)
     return RankTrace(trace.rank, records, trace.steps, trace.source, trace.role)
+
+
+def _text_width(text: str, font_px: float) -> float:
+    """About the widest ``text`` is drawn in a sans-serif font of ``font_px`` (an SVG file has no
+    text metrics of its own: the viewer's font decides; generous, for capitals)."""
+    return len(text) * font_px * _EM_PER_CHAR
+
+
+def _rank_label(row: ET.Element, label: str, y: float) -> None:
+    """The rank's label at the top of its row, cut to the picture's width (whole on hover)."""
+    fits = int((_WIDTH - _RIGHT - _LABEL_X) / (_LABEL_PX * _EM_PER_CHAR))
+    text = ET.SubElement(row, "text", {"class": "rank-label", "x": str(_LABEL_X), "y": str(y + 12)})
+    text.text = label if len(label) <= fits else label[: fits - 3] + "..."
+    if text.text != label:
+        ET.SubElement(text, "title").text = label
+
+
+def _lane_labels(row: ET.Element, rank: int, tracks: list[_Track], tops: list[int]) -> None:
+    """``thread T`` on each thread's first lane when the rank has several, ``lane K`` on the
+    deeper lanes, right-aligned against the plot."""
+    several_threads = len(tracks) > 1
+    several_pids = len({t.pid for t in tracks}) > 1
+    for track, top in zip(tracks, tops):
+        # On a rank with one thread, its first lane is the rank's: the rank label says it.
+        for lane in range(0 if several_threads else 1, track.lanes):
+            if lane == 0:
+                who = f"{track.pid}/{track.thread}" if several_pids else str(track.thread)
+                text = f"thread {who}"
+            else:
+                text = f"lane {lane}"
+            ET.SubElement(
+                row,
+                "text",
+                {
+                    "class": "lane-label",
+                    "data-rank": str(rank),
+                    "data-thread": str(track.thread),
+                    "data-lane": str(lane),
+                    "x": str(_LEFT - 4),
+                    "y": str(top + lane * _LANE + 11),
+                    "text-anchor": "end",
+                },
+            ).text = text
 
 
 def _tick_step(span_ns: int) -> int:
@@ -179,7 +216,7 @@ def render_svg(
     if max_phases is not None and len(listed) > max_phases:
         longest = sorted(range(len(listed)), key=lambda i: (-totals[listed[i]], i))[:max_phases]
         listed = [listed[i] for i in sorted(longest)]
-    colors = {name: _color(i, name) for i, name in enumerate(listed)}
+    colors = {name: phase_color(name) for name in listed}
     folded = len(totals) - len(listed)
 
     svg = ET.Element("svg", xmlns="http://www.w3.org/2000/svg", width=str(_WIDTH))
@@ -208,7 +245,11 @@ def render_svg(
     for trace, tracks in laid:
         if not tracks:
             tracks = [_Track(0, 0, [])]
-        tops, height = [], 0
+        label = _xml_text(trace.member.label)  # by role, then rank
+        # The rank's label has a line of its own above the tracks when it would meet a thread's
+        # label or the bars on their first lane (a long role name runs past the label column).
+        header = len(tracks) > 1 or _text_width(label, _LABEL_PX) > _LEFT - 2 * _LABEL_X
+        tops, height = [], _LANE if header else 0
         for track in tracks:
             tops.append(y + height)
             height += track.lanes * _LANE + _TRACK_GAP
@@ -222,33 +263,8 @@ def render_svg(
                 **({"data-role": trace.role} if trace.role else {}),
             },
         )
-        label = ET.SubElement(row, "text", {"class": "rank-label", "x": "8", "y": str(y + 12)})
-        label.text = _xml_text(trace.member.label)  # by role, then rank
-        several_threads = len(tracks) > 1
-        several_pids = len({t.pid for t in tracks}) > 1
-        for track, top in zip(tracks, tops):
-            if not several_threads and track.lanes == 1:
-                continue
-            # On a rank with one thread, its first lane is the rank's: the rank label says it.
-            for lane in range(0 if several_threads else 1, track.lanes):
-                if lane == 0:
-                    who = f"{track.pid}/{track.thread}" if several_pids else str(track.thread)
-                    text = f"thread {who}"
-                else:
-                    text = f"lane {lane}"
-                ET.SubElement(
-                    row,
-                    "text",
-                    {
-                        "class": "lane-label",
-                        "data-rank": str(trace.rank),
-                        "data-thread": str(track.thread),
-                        "data-lane": str(lane),
-                        "x": str(_LEFT - 4),
-                        "y": str(top + lane * _LANE + 11),
-                        "text-anchor": "end",
-                    },
-                ).text = text
+        _rank_label(row, label, y)
+        _lane_labels(row, trace.rank, tracks, tops)
         bars = [(r, lane, top) for track, top in zip(tracks, tops) for r, lane in track.bars]
         for r, lane, top in sorted(bars, key=lambda b: (b[0].start_ns, -b[0].end_ns)):
             name = _xml_text(name_of(range_name(r.name, r.domain)))
