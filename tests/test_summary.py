@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from support.recorded import T0, records, rng, synthetic_rank
 
+from mstx_marks.analysis.steps import DEFAULT_STEP_NAMES
 from mstx_marks.analysis.summary import (
     fold_name,
     format_json,
@@ -426,3 +427,35 @@ def test_control_characters_in_names_are_escaped_in_the_table(
     assert "gen\\x1b[2J\\r\\x00" in out and "\x1b" not in out and "\r" not in out
     assert cli_main(["summary", str(tmp_path), "--json"]) == 0
     assert "gen\x1b[2J\r\x00" in {p["name"] for p in json.loads(capsys.readouterr().out)["phases"]}
+
+
+def test_the_unmarked_row_keeps_the_columns_when_phase_names_are_short() -> None:
+    """``(unmarked)`` is wider than ``phase``: with names shorter than it, its row was shifted
+    right of every column."""
+    traces = [
+        RankTrace(k, [rng("step", 0, 1000), rng("a", 0, 300), rng("b", 400, 500)]) for k in (0, 1)
+    ]
+    lines = format_table(summarize(traces, fold=str)).splitlines()
+    header = next(line for line in lines if line.startswith("phase "))
+    rank_end = header.index(" rank") + len(" rank")
+    share_end = header.index("step %") + len("step %")
+    at = next(i for i, line in enumerate(lines) if line.startswith("(unmarked)"))
+    unmarked, *per_rank = lines[at : at + 3]
+    assert unmarked[:rank_end].endswith(" all") and unmarked[:share_end].endswith(" 60.0")
+    assert [line[:rank_end].split() for line in per_rank] == [["0"], ["1"]]
+    for line in lines[lines.index(header) + 1 : at]:  # every phase row: the same columns
+        assert line[:rank_end].split()[-1] in ("all", "0", "1"), line
+        assert line[rank_end] == " "
+
+
+@pytest.mark.parametrize("name", DEFAULT_STEP_NAMES)
+def test_a_run_without_steps_is_told_every_name_that_makes_them(name: str) -> None:
+    """The note names each default step name (what steps.py recognises, not a copy), and each
+    name it gives does make steps."""
+    stepless = format_table(summarize([RankTrace(0, [rng("gen", 0, 100)])], fold=str))
+    note = " ".join(stepless[stepless.index("no steps:") :].split())
+    assert f" {name} " in note or f" {name}," in note or note.endswith(f" {name}")
+    assert "STEP_TIME" in note and "--step-name" in note
+    stepped = summarize([RankTrace(0, [rng(name, 0, 100), rng("gen", 0, 50)])], fold=str)
+    assert stepped.step_count == {M(0): 1}
+    assert "no steps:" not in format_table(stepped)

@@ -234,7 +234,8 @@ def _estimated_boxes(row: ET.Element) -> dict[str, list[Box]]:
             continue
         x, y = float(el.get("x", "")), float(el.get("y", ""))
         if kind == "range":
-            out[kind].append((x, y, x + float(el.get("width", "")), y + float(el.get("height", ""))))
+            width, height = float(el.get("width", "")), float(el.get("height", ""))
+            out[kind].append((x, y, x + width, y + height))
             continue
         size = 12.0 if kind == "rank-label" else 9.0
         width = 0.7 * size * len(el.text or "")
@@ -257,7 +258,10 @@ def test_a_rank_label_never_meets_a_thread_label_or_a_bar() -> None:
     root = _parse(render_svg(_labelled_ranks()))
     rows = root.findall(f"{SVG}g[@class='rank']")
     assert [r.get("data-role") for r in rows] == [
-        None, "AgentLoopWorkerTQ", "AgentLoopWorkerTQ_with_a_long_role_name", "TaskRunner"
+        None,
+        "AgentLoopWorkerTQ",
+        "AgentLoopWorkerTQ_with_a_long_role_name",
+        "TaskRunner",
     ]
     boxes = [_estimated_boxes(row) for row in rows]
     assert all(b["lane-label"] for b in boxes[2:])  # the threads are labelled

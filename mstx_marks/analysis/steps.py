@@ -41,6 +41,7 @@ __all__ = [
     "FileTrace",
     "Step",
     "StepOptions",
+    "default_steps",
     "file_notes",
     "file_step_keys",
     "find_steps",
@@ -60,6 +61,22 @@ PROFILER_STEP = "ProfilerStep"
 #: The range names that are steps when no ``--step-name`` is given, the first present winning.
 DEFAULT_STEP_NAMES = (STEP_PHASE, PROFILER_STEP, "train_step", "training_step", "global_step")
 _PROFILER_STEP_N = re.compile(r"ProfilerStep#(\d+)\Z")
+#: Who makes the default step names that are not plain words (what :func:`default_steps` says).
+_MADE_BY = {STEP_PHASE: "verl's trainer timer", PROFILER_STEP: "torch.profiler's ProfilerStep#N"}
+
+
+def default_steps() -> str:
+    """Where steps come from when no step phase is named, in words: what the summary says of a
+    process with none, and the ``--step-name`` help (from :data:`DEFAULT_STEP_NAMES`).
+
+    >>> "else ranges named step (verl's trainer timer), ProfilerStep (" in default_steps()
+    True
+    """
+    names = [f"{n} ({_MADE_BY[n]})" if n in _MADE_BY else n for n in DEFAULT_STEP_NAMES]
+    return (
+        "the files' own (an Ascend database's STEP_TIME, our Chrome traces' steps), else ranges"
+        f" named {', '.join(names[:-1])} or {names[-1]}, the first of these present"
+    )
 
 
 def profiler_step(name: str) -> int | None:

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import csv
 import io
+import textwrap
 from dataclasses import asdict
 from typing import Any
 
 from mstx_marks.analysis.aggregate import PhaseSummary, Stats, Summary
 from mstx_marks.analysis.quantiles import RELATIVE_ERROR
+from mstx_marks.analysis.steps import default_steps
 from mstx_marks.analysis.top_phases import MAX_PHASES, OtherPhases, top_phases
 from mstx_marks.base.records import Member
 
@@ -171,6 +173,10 @@ def _footnote(summary: Summary, others: list[OtherPhases], limit: int | None) ->
             if outside:
                 why.append(f"{_ms(outside)} ms of phases outside steps")
             lines.append(f"  {printable(m.label)}: beyond 100 % by " + " and ".join(why))
+    if not all(summary.step_count[m] for m in summary.members()):
+        # Say what would have made steps, so that a run marked otherwise knows what to name.
+        why = f"no steps: the shares are of the whole recorded span. Steps are {default_steps()};"
+        lines += textwrap.wrap(why + " --step-name PHASE names another", 96, subsequent_indent="  ")
     if any(p.automatic for p in summary.phases):
         lines += [
             "automatic annotations: record_function ranges that DDP, FSDP, the optimizers, the",
@@ -235,7 +241,8 @@ def format_table(summary: Summary, max_phases: int | None = MAX_PHASES) -> str:
     """
     shown, others = top_phases(summary, max_phases)
     names = {p.name: cut(printable(p.name)) for p in shown}
-    width = max([len("phase"), *(len(n) for n in names.values()), *(len(o.label) for o in others)])
+    labels = ["phase", UNMARKED, *names.values(), *(o.label for o in others)]  # every row's
+    width = max(len(label) for label in labels)
     header = (
         f"{'phase':<{width}} {_HEAD[0]:>4} {_HEAD[1]:>6} "
         + " ".join(f"{h:>10}" for h in _HEAD[2:7])

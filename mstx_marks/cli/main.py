@@ -337,11 +337,12 @@ def _summary_args(p: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="also write the whole job as one Chrome/Perfetto trace to FILE",
     )
+    from mstx_marks.analysis.steps import default_steps  # (small: the phase registry alone)
+
     p.add_argument(
         "--step-name",
         metavar="PHASE",
-        help="the phase whose ranges are steps (default: the files' steps, else 'step' or "
-        "torch.profiler's ProfilerStep#N)",
+        help=f"the phase whose ranges are steps (default: {default_steps()})",
     )
     p.add_argument(
         "--step-key",
