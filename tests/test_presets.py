@@ -387,6 +387,8 @@ def test_sglang_forward_by_batch_kind(
     class Batch:
         def __init__(self, kind: str) -> None:
             self.forward_mode = Mode(kind)
+            self.batch_size = 3
+            self.extend_num_tokens = 96 if kind == "extend" else None
 
     class ModelRunner:  # sglang/srt/model_executor/model_runner.py:1813
         def forward(self, forward_batch: Batch, skip_attn_backend_init: bool = False) -> str:
@@ -396,10 +398,10 @@ def test_sglang_forward_by_batch_kind(
     with presets.apply("sglang"):
         kinds = [ModelRunner().forward(Batch(k)) for k in ("extend", "decode", "idle", "decode")]
     assert kinds == ["extend", "decode", "idle", "decode"]
-    assert [(r.name, r.domain) for r in recorder.records()] == [
-        ("prefill_batch", "sglang"),
-        ("decode_batch", "sglang"),
-        ("decode_batch", "sglang"),
+    assert [(r.name, r.domain, r.args) for r in recorder.records()] == [
+        ("prefill_batch", "sglang", {"reqs": 3, "tokens": 96}),
+        ("decode_batch", "sglang", {"reqs": 3, "tokens": 3}),
+        ("decode_batch", "sglang", {"reqs": 3, "tokens": 3}),
     ]
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import enum
 import subprocess
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -323,9 +324,10 @@ def test_the_worker_patch_reads_its_runners_requests(
     with presets.apply("vllm"):
         Worker().execute_model(_out_011({"c": 8}, {}))
         Worker().execute_model(_out_011({}, {"a": (8, 1), "c": (9, 1)}))
-    assert [(r.name, r.domain) for r in recorder.records()] == [
-        ("prefill_batch", "vllm"),
-        ("decode_batch", "vllm"),
+    # Each range keeps its own step's batch (the rollout's long tail reads them).
+    assert [(r.name, r.domain, r.args) for r in recorder.records()] == [
+        ("prefill_batch", "vllm", {"reqs": 1, "tokens": 8}),
+        ("decode_batch", "vllm", {"reqs": 2, "tokens": 2}),
     ]
 
 
@@ -477,3 +479,40 @@ def test_every_vllm_and_sglang_preset_phase_has_an_emitter() -> None:
     for name in ("vllm_generate_sequences", "sglang_forward"):
         assert phases.lookup(name).emitted != "preset"
         assert name not in emitted
+
+
+def test_each_threads_model_steps_keep_their_own_batch(
+    monkeypatch: pytest.MonkeyPatch, recorder: mstx_marks.Recorder
+) -> None:
+    """Two workers in one process (threads), stepping at once: every range keeps the batch of the
+    call that made it, never the other thread's."""
+    import threading
+
+    class Runner:
+        requests = REQUESTS
+
+    class Worker:
+        model_runner = Runner()
+
+        def execute_model(self, scheduler_output: Any) -> None:
+            time.sleep(0)  # let the other thread in between the start and the end
+
+    fake_module(monkeypatch, "vllm.v1.worker.gpu_worker", Worker=Worker)
+    reqs = {"a": 1, "b": 2}
+    seen: dict[int, int] = {}
+
+    def steps(n: int) -> None:
+        seen[threading.get_native_id()] = n
+        cached = {r: (8, 1) for r in list(reqs)[:n]}
+        for _ in range(200):
+            Worker().execute_model(_out_011({}, cached))
+
+    with presets.apply("vllm"):
+        threads = [threading.Thread(target=steps, args=(n,)) for n in (1, 2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    records = recorder.records()
+    assert len(records) == 400
+    assert all(r.args == {"reqs": seen[r.thread], "tokens": seen[r.thread]} for r in records)

@@ -36,7 +36,7 @@ from typing import Any
 from mstx_marks.capture.presets.built import Built
 from mstx_marks.capture.presets.target import Target, named_per_call
 
-__all__ = ["BUILT", "KINDS", "MODES", "TARGETS", "forward_kind"]
+__all__ = ["BUILT", "KINDS", "MODES", "TARGETS", "batch_args", "forward_kind"]
 
 #: ``ForwardMode`` member name -> range name (None: no range).
 MODES: dict[str, str | None] = {
@@ -70,8 +70,27 @@ def forward_kind(forward_batch: Any) -> str | None:
         return "mixed_batch"
 
 
+def batch_args(forward_batch: Any) -> dict[str, int]:
+    """What a forward's range keeps: its requests and tokens (``batch_size``; an extend's
+    ``extend_num_tokens``, one token per request in a decode), host ints, no device sync.
+
+    >>> class Batch:
+    ...     batch_size, extend_num_tokens = 4, None
+    >>> batch_args(Batch()), batch_args(object())
+    ({'reqs': 4, 'tokens': 4}, {})
+    """
+    try:
+        reqs = int(forward_batch.batch_size)
+        extend = getattr(forward_batch, "extend_num_tokens", None)
+        return {"reqs": reqs, "tokens": reqs if extend is None else int(extend)}
+    except Exception:
+        return {}
+
+
 #: ``ModelRunner.forward(forward_batch, ...)`` as a range named by the batch kind.
-model_forward = named_per_call(lambda runner, batch: forward_kind(batch), KINDS, "forward_batch")
+model_forward = named_per_call(
+    lambda runner, batch: forward_kind(batch), KINDS, "forward_batch", batch_args
+)
 
 
 TARGETS: tuple[Target, ...] = (

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Iterable, Sequence
+import threading
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, NamedTuple
 
@@ -27,6 +28,7 @@ from mstx_marks.core.sampling import Policy
 
 __all__ = [
     "MARKER",
+    "CallArgs",
     "Options",
     "Patch",
     "SubclassWatch",
@@ -56,10 +58,13 @@ class Options:
             key = name
         return self.phase_samples.get(key, self.phase_samples.get(name, self.sample))
 
-    def site(self, name: str | Phase, domain: str | None = None) -> Mark:
-        """A fresh range site (its own sampling counter) for one target."""
+    def site(
+        self, name: str | Phase, domain: str | None = None, args: Mapping[str, Any] | None = None
+    ) -> Mark:
+        """A fresh range site (its own sampling counter) for one target; its ranges keep a copy
+        of ``args`` as it is when each starts."""
         text = name.name if isinstance(name, Phase) else name
-        return Mark(name, domain=domain, stream=self.stream, sample=self.policy(text))
+        return Mark(name, domain=domain, stream=self.stream, sample=self.policy(text), args=args)
 
 
 Patch = Callable[[Any, str, "Target", Options], Instrumented]
@@ -71,8 +76,44 @@ def wrap_calls(owner: Any, attr: str, target: Target, options: Options) -> Instr
     return replace(owner, attr, lambda o, a, raw: rewrap(raw, site.wrap))
 
 
+class CallArgs(Mapping[str, Any]):
+    """The arguments of the call under way on this thread: the one mapping a range site holds,
+    set before each call (the recorder copies it when the range starts, so each range keeps its
+    own call's values).
+
+    >>> args = CallArgs()
+    >>> args.set({"tokens": 3})
+    >>> dict(args)
+    {'tokens': 3}
+    """
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+
+    def set(self, args: Mapping[str, Any]) -> None:
+        self._local.args = args
+
+    def _now(self) -> Mapping[str, Any]:
+        return getattr(self._local, "args", _NO_ARGS)
+
+    def __getitem__(self, key: str) -> Any:
+        return self._now()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._now())
+
+    def __len__(self) -> int:
+        return len(self._now())
+
+
+_NO_ARGS: Mapping[str, Any] = {}
+
+
 def named_per_call(
-    classify: Callable[[Any, Any], str | None], names: tuple[str, ...], keyword: str = ""
+    classify: Callable[[Any, Any], str | None],
+    names: tuple[str, ...],
+    keyword: str = "",
+    describe: Callable[[Any], Mapping[str, Any]] | None = None,
 ) -> Callable[[Any, str, Target, Options], Instrumented]:
     """A patch under which each call of ``f(self, arg, ...)`` is a range named
     ``classify(self, arg)`` (one of ``names``), or no range when it gives None: an engine step
@@ -80,20 +121,26 @@ def named_per_call(
 
     ``arg`` is the first positional argument or, when the call passes none, the one named
     ``keyword`` (SGLang calls ``forward(forward_batch=...)`` in one place, vLLM's executors
-    ``execute_model(scheduler_output)`` positionally).
+    ``execute_model(scheduler_output)`` positionally). ``describe(arg)``, when given, is what
+    the range keeps as its args (a batch's size and tokens: host values, read without a device
+    sync); it must not raise either.
     """
 
     def patch(owner: Any, attr: str, target: Target, options: Options) -> Instrumented:
-        sites = {name: options.site(name, target.domain) for name in names}
+        args = CallArgs() if describe is not None else None
+        sites = {name: options.site(name, target.domain, args) for name in names}
 
         def wrap(o: object, a: str, raw: Callable[..., Any]) -> Callable[..., Any]:
             @functools.wraps(raw)
-            def call(self: Any, *args: Any, **kwargs: Any) -> Any:
-                name = classify(self, args[0] if args else kwargs.get(keyword))
+            def call(self: Any, *call_args: Any, **kwargs: Any) -> Any:
+                arg = call_args[0] if call_args else kwargs.get(keyword)
+                name = classify(self, arg)
                 if name is None:
-                    return raw(self, *args, **kwargs)
+                    return raw(self, *call_args, **kwargs)
+                if args is not None and describe is not None:
+                    args.set(describe(arg))
                 with sites[name]:
-                    return raw(self, *args, **kwargs)
+                    return raw(self, *call_args, **kwargs)
 
             return call
 

@@ -82,7 +82,7 @@ from mstx_marks.capture.presets.built import Built
 from mstx_marks.capture.presets.target import Options, Patch, Target, named_per_call
 from mstx_marks.core.ranges import Mark, Range, instant
 
-__all__ = ["BUILT", "DP_FIELDS", "TARGETS", "Batches", "batch_kind", "dp_message"]
+__all__ = ["BUILT", "DP_FIELDS", "TARGETS", "Batches", "batch_args", "batch_kind", "dp_message"]
 
 #: ``dp_analysis``'s marker fields, in the order kept when the message must be shortened.
 DP_FIELDS = ("running_reqs", "waiting_reqs", "out_tokens", "gpu_cache_usage")
@@ -168,12 +168,31 @@ def _step_name(engine: Any, arg: Any) -> str | None:
         return "vllm_one_step"
 
 
+def batch_args(scheduler_output: Any) -> dict[str, int]:
+    """What a model step's range keeps: its requests and the tokens scheduled (host values of
+    the ``SchedulerOutput``, no device sync); nothing for another vLLM's shape.
+
+    >>> class Out:
+    ...     total_num_scheduled_tokens = 70
+    ...     num_scheduled_tokens = {"a": 64, "b": 1, "c": 5}
+    >>> batch_args(Out()), batch_args(None)
+    ({'reqs': 3, 'tokens': 70}, {})
+    """
+    try:
+        return {
+            "reqs": len(scheduler_output.num_scheduled_tokens),
+            "tokens": int(scheduler_output.total_num_scheduled_tokens),
+        }
+    except Exception:
+        return {}
+
+
 #: ``EngineCore.step`` as one range per model step: the idle polls that find no request, and the
 #: clean-up step after the last request finished (0 tokens scheduled), are not marked and do not
 #: count for sampling.
 engine_step = named_per_call(_step_name, ("vllm_one_step",))
 #: A worker's ``execute_model(scheduler_output)`` as a range named by the batch kind.
-execute_model = named_per_call(_worker_kind, _KINDS, "scheduler_output")
+execute_model = named_per_call(_worker_kind, _KINDS, "scheduler_output", batch_args)
 
 
 def dp_message(stats: dict[str, Any]) -> str:
