@@ -251,7 +251,7 @@ def _export(args: argparse.Namespace) -> int:
     for path in written:
         print(path)
     done = counted(len(written) // 2, "process", "processes")
-    print(f"{done} exported ({todo} had only a spill, or older files)", file=sys.stderr)
+    print(f"{done} exported ({todo} had only a spill)", file=sys.stderr)
     return 0
 
 
@@ -370,6 +370,11 @@ def _summary_args(p: argparse.ArgumentParser) -> None:
         help="list every phase in the table, the HTML report and the SVG legend (default: each "
         "role's 200 of most time, the rest as one counted row; --json and --csv hold every one)",
     )
+    p.add_argument(
+        "--no-per-step",
+        action="store_true",
+        help="leave out where each step's time goes per process (the per-step table, its JSON)",
+    )
 
 
 def _summary(args: argparse.Namespace) -> int:
@@ -386,10 +391,47 @@ def _summary(args: argparse.Namespace) -> int:
         args.svg,
         html=args.html,
         trace=args.trace,
-        steps=StepOptions(args.step_name, args.step_key),
+        steps=StepOptions(args.step_name, args.step_key, per_step=not args.no_per_step),
         jobs=args.jobs,
         run=args.run_id,
         all_phases=args.all_phases,
+    )
+
+
+def _diff_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("base", help="the base run's folder of traces")
+    p.add_argument("new", nargs="?", help="the new run's folder (default: BASE, two of its runs)")
+    p.add_argument("--base-run", metavar="ID", help="which run of BASE (default: the newest)")
+    p.add_argument("--new-run", metavar="ID", help="which run of NEW (default: the newest)")
+    p.add_argument(
+        "--threshold",
+        type=float,
+        metavar="PCT",
+        help="exit 1 when a role's phase grew per step by more than its noise band plus PCT %% of"
+        " the base (for CI)",
+    )
+    p.add_argument("--json", action="store_true", help="print JSON instead of the table")
+    p.add_argument("--step-name", metavar="PHASE", help="the phase whose ranges are steps")
+    p.add_argument("--step-key", metavar="KEY", default="step", help="as summary's (default: step)")
+    p.add_argument("--jobs", type=int, metavar="N", help="worker processes reading files")
+
+
+def _diff(args: argparse.Namespace) -> int:
+    from mstx_marks.analysis.diff import run_diff
+    from mstx_marks.analysis.steps import StepOptions
+
+    if args.jobs is not None and args.jobs < 1:
+        print(f"error: --jobs {args.jobs}: must be at least 1", file=sys.stderr)
+        return 2
+    return run_diff(
+        args.base,
+        args.new,
+        base_run=args.base_run,
+        new_run=args.new_run,
+        threshold_pct=args.threshold,
+        as_json=args.json,
+        steps=StepOptions(args.step_name, args.step_key),
+        jobs=args.jobs,
     )
 
 
@@ -431,6 +473,7 @@ Command = tuple[Callable[[argparse.ArgumentParser], None], Callable[[argparse.Na
 COMMANDS: dict[str, Command] = {
     "demo": (_demo_args, _demo, "run the multi-rank GRPO-shaped demo on CPU"),
     "summary": (_summary_args, _summary, "per-phase summary of traces (--html, --svg, --json)"),
+    "diff": (_diff_args, _diff, "two runs side by side: each role's phases per step, with noise"),
     "run": (_run_args, _run, "run a command with every Python process under it activated"),
     "recipes": (_recipes_args, _recipes, "list the profiler capture recipes"),
     "doctor": (_doctor_args, _doctor, "say whether ranges would reach the profiler here, and why"),

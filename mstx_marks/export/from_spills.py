@@ -57,28 +57,23 @@ def _exports_of(folder: Path, spill: Path) -> tuple[list[Path], list[Path]]:
     return chrome, dbs
 
 
-def _stale(spill: Path, written: list[Path]) -> bool:
-    """No export, or one older than the spill (events appended after it was written)."""
-    if not written:
-        return True
-    return min(p.stat().st_mtime_ns for p in written) < spill.stat().st_mtime_ns
-
-
 def unexported(folder: str | Path) -> list[Path]:
-    """The spills under ``folder/spill`` whose process has no Chrome trace or database, or older
-    ones than its spill (by their names and times: no spill is read)."""
+    """The spills under ``folder/spill`` whose process has no Chrome trace or no database (by
+    their names: no spill is read). A process that wrote its exports keeps them, even when its
+    spill took a few more lines after (the exit's own late writes): ``export --all`` redoes
+    every process."""
     root = Path(folder)
     found = []
     for spill in sorted(root.glob("spill/*.jsonl")):
         chrome, dbs = _exports_of(root, spill)
-        if not chrome or not dbs or _stale(spill, chrome + dbs):
+        if not chrome or not dbs:
             found.append(spill)
     return found
 
 
 def export_spills(folder: str | Path, *, every: bool = False) -> list[Path]:
     """Write the Chrome trace and Ascend database of each process in :func:`unexported` (of
-    every process with a spill, ``every``), replacing older ones; the files written. Run it
+    every process with a spill, ``every``, replacing what it wrote); the files written. Run it
     once the job has ended: a live process rewrites its own exports at its exit."""
     root = Path(folder)
     todo = sorted(root.glob("spill/*.jsonl")) if every else unexported(root)
