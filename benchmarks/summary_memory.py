@@ -13,8 +13,14 @@ events written and counted, the file's size, the command's peak RSS
 :mod:`mstx_marks.analysis.stream` (and, for a Chrome trace, parses it whole) in the child, to
 see what holding every record would take.
 
-Run it from the repository root: ``python3 benchmarks/summary_memory.py [N] [--chrome]
-[--in-memory]``. The file is kept under ``--work`` and reused.
+``--bomb`` summarises instead a gzip of ``N`` MB of JSON whitespace (default 600, a megabyte or
+so on disk): the reader refuses it, naming the file, once it passes what is read at all.
+
+Run it from the repository root: ``python3 benchmarks/summary_memory.py [N] [--chrome | --db |
+--bomb] [--in-memory] [--check]``. The file is kept under ``--work`` and reused. ``--check``
+exits 1 when the peak RSS passes its target (:data:`GOAL_MB`, issue 20's goal of any input within
+1 GB; :data:`STREAMED_MB`, the bands the unit tests once asserted for a file summarised in one
+pass), or when not every event is counted.
 
 Measured (Python 3.11, 2 CPUs, peak RSS of the command): a spill of 1e7 events (305 MB), 63 MB,
 22 s (streamed; 5.3 GB held); our Chrome trace of 2e6 events (226 MB), 485 MB, 34 s (a million
@@ -26,6 +32,7 @@ fetched whole), of 1e6 events (54 MB), 424 MB, 7.5 s (in SQL: exact).
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import os
 import shutil
@@ -46,6 +53,14 @@ from mstx_marks.export.spill import Spill  # noqa: E402
 
 #: Ranges per step (see the module's docstring).
 PER_STEP = 13
+#: Issue 20's goal, the most peak RSS a summary of any input may take (MB, ``--check``): a file
+#: of up to a million events is held (a spill of 3e5, 189 MB measured; our Chrome trace of 1e6,
+#: 544 MB; a database of 1e6, 424 MB), and a gzip bomb is refused once past what is read at all
+#: (~50 MB; 1229 MB before it was bounded).
+GOAL_MB = 1024
+#: Tighter bands where a file is summarised in one pass (``streamed``): a spill (~60 MB measured
+#: for 1e7 events), our Chrome trace (its first million records held, then streamed: ~500 MB).
+STREAMED_MB = {"spill": 200, "chrome": 600}
 
 # The child for --in-memory: the limits lifted, then the command itself.
 _HELD = (
@@ -118,6 +133,40 @@ def build_chrome(root: Path, events: int, db: bool = False) -> Path:
     return root
 
 
+def build_bomb(root: Path, megabytes: int) -> Path:
+    """A folder holding ``megabytes`` MB of JSON whitespace, gzipped (about 1 MB on disk)."""
+    done = root / ".complete"
+    if done.exists():
+        return root
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    with gzip.open(root / "bomb.trace.json.gz", "wb", compresslevel=1) as f:
+        block = b" " * (1 << 20)
+        for _ in range(megabytes):
+            f.write(block)
+    done.write_text("")
+    return root
+
+
+def measure_bomb(root: Path) -> dict[str, object]:
+    """The summary's peak RSS on the bomb, and whether it refused it by name."""
+    cmd = [sys.executable, "-m", "mstx_marks", "summary", str(root), "--json"]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    start = time.monotonic()
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, text=True, env=env)
+        _, _, usage = os.wait4(proc.pid, 0)
+        wall = time.monotonic() - start
+        out.seek(0)
+        err.seek(0)
+        said = out.read() + err.read()
+    return {
+        "refused": "bomb.trace.json.gz" in said and "more than" in said,
+        "peak_rss_mb": round(usage.ru_maxrss / 1024),
+        "wall_s": round(wall, 1),
+    }
+
+
 def measure(root: Path, in_memory: bool) -> dict[str, object]:
     head = ["-c", _HELD] if in_memory else ["-m", "mstx_marks"]
     cmd = [sys.executable, *head, "summary", str(root), "--json"]
@@ -151,11 +200,27 @@ def main() -> None:
     parser.add_argument("events", nargs="?", type=float, default=None)
     parser.add_argument("--chrome", action="store_true", help="a Chrome trace, not a spill")
     parser.add_argument("--db", action="store_true", help="an Ascend database, not a spill")
+    parser.add_argument("--bomb", action="store_true", help="N MB of gzipped JSON whitespace")
+    parser.add_argument(
+        "--check", action="store_true", help="exit 1 past the kind's peak RSS target"
+    )
     parser.add_argument("--in-memory", action="store_true", help="lift the stream's limits")
     parser.add_argument(
         "--work", default=str(Path(tempfile.gettempdir()) / "mstx_marks_summary_memory")
     )
     args = parser.parse_args()
+    if args.check and args.in_memory:
+        parser.error("--check measures the summary as it runs: not with --in-memory")
+    if args.bomb:
+        megabytes = int(args.events or 600)
+        result: dict[str, object] = {
+            "kind": "bomb",
+            "json_mb": megabytes,
+            **measure_bomb(build_bomb(Path(args.work) / f"bomb_{megabytes}", megabytes)),
+        }
+        print(json.dumps(result))
+        wrong = None if result["refused"] else "the bomb was not refused by name"
+        sys.exit(check(result, wrong) if args.check else 0)
     events = int(args.events or (2e6 if args.chrome or args.db else 1e7))
     t = time.monotonic()
     if args.chrome or args.db:
@@ -175,8 +240,26 @@ def main() -> None:
         **measure(root, args.in_memory),
     }
     print(json.dumps(result))
+    wrong = None
     if result["counted"] != result["events"]:
-        raise SystemExit(f"counted {result['counted']} events of {result['events']}")
+        wrong = f"counted {result['counted']} events of {result['events']}"
+    if args.check:
+        sys.exit(check(result, wrong))
+    if wrong:
+        raise SystemExit(wrong)
+
+
+def check(result: dict[str, object], wrong: str | None) -> int:
+    """Say whether ``result`` keeps within its kind's target; 1 when not (or when ``wrong``)."""
+    kind, peak = str(result["kind"]), result["peak_rss_mb"]
+    assert isinstance(peak, int)
+    limit = STREAMED_MB.get(kind, GOAL_MB) if result.get("streamed") else GOAL_MB
+    ok = peak <= limit
+    how = "streamed" if result.get("streamed") else "held" if kind != "bomb" else "refused"
+    print(f"{'PASS' if ok else 'MISS'}  {kind} ({how}) peak RSS: {peak} MB <= {limit} MB")
+    if wrong:
+        print(f"MISS  {wrong}")
+    return 0 if ok and not wrong else 1
 
 
 if __name__ == "__main__":

@@ -633,26 +633,29 @@ time.sleep(60)
 """
 
 
-def test_4_the_spill_costs_a_small_fraction_of_the_recording(tmp_path: Any) -> None:
+def test_4_a_spill_of_ten_times_the_ranges_takes_no_more_memory(tmp_path: Any) -> None:
     """What keeps the spill ahead of 3e5 ranges a second: it copies the recorder's columns
-    instead of making an object per event. CPU time of this thread, side by side (a loaded
-    machine slows both): about 0.12 of the recording's now, 1.3 before blocks."""
-    import time
+    instead of making an object per event (its CPU time against the recording's is
+    benchmarks/spill_cost.py's). What holds on any machine: Python's allocations while it
+    writes ten times the ranges stay the same (a block at a time), and it writes every one."""
+    import tracemalloc
 
     from mstx_marks.export.spill import Spill, read_spill
 
-    rec = Recorder(capacity=1 << 20)
-    spill = Spill(tmp_path, rec, rank=0)
-    n = 200_000
-    t0 = time.thread_time()
-    for _ in range(n):
-        rec.range_end(rec.range_start("x", "d"), "d")
-    recording = time.thread_time() - t0
-    t0 = time.thread_time()
-    spill.write_now()
-    spilling = time.thread_time() - t0
-    assert spilling < 0.5 * recording, (spilling, recording)
-    assert len(read_spill(spill.path).ranges) == n
+    peaks = []
+    for n in (20_000, 200_000):
+        rec = Recorder(capacity=1 << 20)
+        spill = Spill(tmp_path / str(n), rec, rank=0)
+        for _ in range(n):
+            rec.range_end(rec.range_start("x", "d"), "d")
+        tracemalloc.start()
+        try:
+            spill.write_now()
+            peaks.append(tracemalloc.get_traced_memory()[1])
+        finally:
+            tracemalloc.stop()
+        assert len(read_spill(spill.path).ranges) == n
+    assert peaks[1] < 2 * peaks[0], peaks  # ~0.7 MB each: a JSON object per event held was 10x
 
 
 _PACED = """
@@ -783,17 +786,20 @@ def test_14_a_gzip_bomb_is_refused_in_bounded_memory(tmp_path: Any) -> None:
             f.write(block)
     proc = _run(
         """
-        import resource, sys
+        import sys, tracemalloc
         from mstx_marks.analysis.summary import load_traces
+        tracemalloc.start()
         _, errors, _ = load_traces(sys.argv[1])
         print(errors)
-        print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
+        print(tracemalloc.get_traced_memory()[1] >> 20)
         """,
         str(tmp_path),
     )
     errors, peak_mb = proc.stdout.splitlines()
     assert "bomb.trace.json.gz" in errors and "more than" in errors, proc.stdout
-    assert int(peak_mb) < 1024, peak_mb  # the goal: any input in <= 1 GB (1229 MB before; ~500 now)
+    # Never held: what it reads at once is a small part of what it inflates (~23 MB of 600; its
+    # peak RSS, under the 1 GB goal, is benchmarks/summary_memory.py --bomb --check's).
+    assert int(peak_mb) < 600 // 10, peak_mb
 
 
 def test_15_one_bad_value_leaves_the_rest_summarised(tmp_path: Any) -> None:

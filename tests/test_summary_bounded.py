@@ -4,8 +4,9 @@ gives, says what it cannot give, is refused by the timelines with its name, and 
 memory; ``summary`` reads as many files at once as its memory budget allows.
 
 The limits are patched down so that small files (written by the real writers) take the
-streaming paths; two tests build a real large spill and Chrome trace and measure the command's
-peak RSS.
+streaming paths; two tests build a real large spill and Chrome trace and check that the command,
+by the real limits, streams them and counts every event. How much memory it takes is a benchmark
+target, not a unit test's (machines differ): ``python3 benchmarks/summary_memory.py --check``.
 """
 
 from __future__ import annotations
@@ -203,7 +204,7 @@ def test_c_timelines_name_a_spill_too_large_and_draw_the_rest(
     assert "rank 0:" in out and "rank 1:" in out and "summarised in one pass" in err
 
 
-# A real large spill: the command's peak RSS (the wrapper's only child is the command).
+# A real large spill, by the real limits.
 _BUILD = """
 import sys
 from mstx_marks.backends.record import Recorder
@@ -220,36 +221,32 @@ for n in range(int(sys.argv[2]) // 10):
         spill.write_now()
 spill.write_now(final=True)
 """
-_MEASURE = """
-import resource, subprocess, sys
-done = subprocess.run([sys.executable, "-m", "mstx_marks", "summary", sys.argv[1], "--json"],
-                      capture_output=True, text=True)
-sys.stderr.write(done.stderr)
-print(done.stdout)
-print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024)
-"""
 EVENTS = 3_000_000
 
 
-def test_d_a_large_spill_is_summarised_in_bounded_memory(tmp_path: Path) -> None:
-    """3e6 events (about 90 MB of spill): holding them would take about 1.7 GB (590 MB per
-    million, measured); the streamed summary takes a fraction of it."""
-    run = [sys.executable, "-c"]
-    subprocess.run(
-        [*run, textwrap.dedent(_BUILD), str(tmp_path), str(EVENTS)], check=True, timeout=300
-    )
+def summary_json(folder: Path) -> tuple[dict[str, Any], str]:
+    """``mstx-marks summary FOLDER --json``, run as a user runs it: its JSON and its stderr."""
     proc = subprocess.run(
-        [*run, textwrap.dedent(_MEASURE), str(tmp_path)],
+        [sys.executable, "-m", "mstx_marks", "summary", str(folder), "--json"],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
-    *doc, peak_mb = proc.stdout.strip().splitlines()
-    summary = json.loads("\n".join(doc))
-    assert sum(p["all"]["count"] for p in summary["phases"]) == EVENTS, proc.stderr
+    assert proc.returncode == 0, proc.stderr
+    doc: dict[str, Any] = json.loads(proc.stdout)
+    return doc, proc.stderr
+
+
+def test_d_a_large_spill_is_streamed_and_every_event_counted(tmp_path: Path) -> None:
+    """3e6 events (about 90 MB of spill): holding them would take about 1.7 GB (590 MB per
+    million, measured), so the real limits stream it (111 MB: ``benchmarks/summary_memory.py 3e6
+    --check``)."""
+    subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(_BUILD), str(tmp_path), str(EVENTS)],
+        check=True, timeout=300,
+    )  # fmt: skip
+    summary, stderr = summary_json(tmp_path)
+    assert sum(p["all"]["count"] for p in summary["phases"]) == EVENTS, stderr
     assert summary["ranks"]["trainer:0"]["steps"] == EVENTS // 10
-    assert "summarised in one pass" in proc.stderr
-    # ~55 MB measured (read_spill's batches are cut at a few MB); 1.7 GB held, and ~300 MB
-    # when read_spill took a file of block lines as one batch (~3x the file).
-    assert int(peak_mb) < 200, peak_mb
+    assert "summarised in one pass" in stderr
 
 
 # Chrome traces (issue 20 item 14, continued): a JSON file too large to parse whole is read an
@@ -503,7 +500,7 @@ def test_g_the_files_read_at_once_keep_within_the_memory_budget(
     assert asked == [8, 5, 1]
 
 
-# A real large Chrome trace, streamed by the real thresholds: the command's peak RSS.
+# A real large Chrome trace, by the real limits.
 _BUILD_CHROME = """
 import sys
 from mstx_marks.base.records import RangeRecord, RankTrace
@@ -519,25 +516,18 @@ write_chrome_trace(sys.argv[1] + "/rank0.trace.json", [RankTrace(0, records, rol
 CHROME_EVENTS = 1_100_000
 
 
-def test_h_a_large_chrome_trace_is_summarised_in_bounded_memory(tmp_path: Path) -> None:
+def test_h_a_large_chrome_trace_is_streamed_and_every_event_counted(tmp_path: Path) -> None:
     """1.1e6 events (117 MB of JSON, past every threshold): parsed whole and aggregated they
-    took 1.47 GB (measured); read an event at a time, the first million records held then
-    streamed, 240 MB."""
-    run = [sys.executable, "-c"]
+    took 1.47 GB (measured), so the real limits read it an event at a time, the first million
+    records held, then streamed (291 MB: ``benchmarks/summary_memory.py 1.1e6 --chrome``)."""
     subprocess.run(
-        [*run, textwrap.dedent(_BUILD_CHROME), str(tmp_path), str(CHROME_EVENTS)],
+        [sys.executable, "-c", textwrap.dedent(_BUILD_CHROME), str(tmp_path), str(CHROME_EVENTS)],
         check=True, timeout=300,
     )  # fmt: skip
-    proc = subprocess.run(
-        [*run, textwrap.dedent(_MEASURE), str(tmp_path)],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    *doc, peak_mb = proc.stdout.strip().splitlines()
-    summary = json.loads("\n".join(doc))
-    assert sum(p["all"]["count"] for p in summary["phases"]) == CHROME_EVENTS, proc.stderr
+    summary, stderr = summary_json(tmp_path)
+    assert sum(p["all"]["count"] for p in summary["phases"]) == CHROME_EVENTS, stderr
     assert summary["ranks"]["trainer:0"]["steps"] == CHROME_EVENTS // 10
-    assert "summarised in one pass" in proc.stderr
-    assert int(peak_mb) < 600, peak_mb
+    assert "summarised in one pass" in stderr
 
 
 # --- databases --------------------------------------------------------------------------------
