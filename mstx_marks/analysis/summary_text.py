@@ -175,8 +175,8 @@ def _footnote(summary: Summary, others: list[OtherPhases], limit: int | None) ->
             lines.append(f"  {printable(m.label)}: beyond 100 % by " + " and ".join(why))
     if not all(summary.step_count[m] for m in summary.members()):
         # Say what would have made steps, so that a run marked otherwise knows what to name.
-        why = f"no steps: the shares are of the whole recorded span. Steps are {default_steps()};"
-        lines += textwrap.wrap(why + " --step-name PHASE names another", 96, subsequent_indent="  ")
+        say = f"no steps: the shares are of the whole recorded span. Steps are {default_steps()};"
+        lines += textwrap.wrap(say + " --step-name PHASE names another", 96, subsequent_indent="  ")
     if any(p.automatic for p in summary.phases):
         lines += [
             "automatic annotations: record_function ranges that DDP, FSDP, the optimizers, the",
