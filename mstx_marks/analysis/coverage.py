@@ -29,11 +29,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from mstx_marks.analysis.aggregate import ProcessPart
 from mstx_marks.analysis.stages import method_name, unmarked_method
 from mstx_marks.base.phases import canonical
 from mstx_marks.base.records import InstantRecord, RankTrace
 
-__all__ = ["EXPECTATIONS", "CoverageReport", "check_coverage", "expected_phases"]
+__all__ = ["EXPECTATIONS", "CoverageReport", "check_coverage", "check_parts", "expected_phases"]
 
 #: Named expectations: what a healthy run of that kind emits (canonical names).
 EXPECTATIONS: dict[str, tuple[str, ...]] = {
@@ -210,22 +211,42 @@ def check_coverage(traces: Sequence[RankTrace], expected: Iterable[str]) -> Cove
     """Which of ``expected`` (folded to canonical names) the ``traces`` emitted, and which
     hot-path methods they ran unmarked, per process: by role, then rank (``WorkerDict rank 0``;
     ``rank 0`` when the role is unknown)."""
-    wanted = [_fold(n) for n in expected]
-    by_process: dict[str, list[str]] = {}
-    unmarked: dict[str, list[str]] = {}
-    emitted: set[str] = set()
+    found: list[tuple[str, set[str], list[str]]] = []
     for t in sorted(traces, key=lambda t: t.member):
-        names = set()
-        label = t.member.label
-        said = unmarked.setdefault(label, [])
+        names, said = set(), []
         for r in t.records:
             method = unmarked_method(r.name, r.domain) if isinstance(r, InstantRecord) else None
             if method is None:
                 names.add(_fold(r.name))
             elif method not in said:
                 said.append(method)
+        found.append((t.member.label, names, said))
+    return _report(found, expected)
+
+
+def check_parts(parts: Iterable[ProcessPart], expected: Iterable[str]) -> CoverageReport:
+    """:func:`check_coverage` of the summary's parts, one per member (what ``coverage --ray``
+    reads: :mod:`mstx_marks.analysis.cluster`): a part names its phases, so the ranges count
+    (and ``X_start``/``X_stop`` pairs), not the instants."""
+    found = [
+        (p.member.label, {_fold(n) for n in p.phases}, list(p.unmarked))
+        for p in sorted(parts, key=lambda p: p.member)
+    ]
+    return _report(found, expected)
+
+
+def _report(
+    found: Iterable[tuple[str, set[str], list[str]]], expected: Iterable[str]
+) -> CoverageReport:
+    """The report of each process's ``(label, names emitted, methods run unmarked)``."""
+    wanted = [_fold(n) for n in expected]
+    by_process: dict[str, list[str]] = {}
+    unmarked: dict[str, list[str]] = {}
+    emitted: set[str] = set()
+    for label, names, said in found:
         emitted |= names
         seen = by_process.setdefault(label, [])
         seen += [p for p in wanted if p in names and p not in seen]
+        unmarked.setdefault(label, []).extend(m for m in said if m not in unmarked[label])
     unmarked = {p: sorted(m) for p, m in unmarked.items() if m}
     return CoverageReport(wanted, [p for p in wanted if p not in emitted], by_process, unmarked)

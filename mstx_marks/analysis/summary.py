@@ -42,7 +42,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any, Callable, Sequence, TypeVar
+from typing import Any, Callable, NamedTuple, Protocol, Sequence, TypeVar
 
 from mstx_marks.analysis import stream
 from mstx_marks.analysis.aggregate import (
@@ -82,8 +82,13 @@ from mstx_marks.base.records import Member, RankTrace, TraceFileError
 
 __all__ = [
     "MEMORY_BUDGET",
+    "FilesRead",
+    "LocalReader",
     "Member",
+    "MemberFiles",
+    "PartReader",
     "PhaseSummary",
+    "Reading",
     "Stats",
     "StepOptions",
     "Summary",
@@ -93,8 +98,13 @@ __all__ = [
     "format_json",
     "format_table",
     "load_traces",
+    "member_parts",
+    "member_streams",
     "memory_jobs",
+    "read_files",
+    "read_members",
     "run_summary",
+    "streamed_member",
     "summarize",
     "summarize_path",
 ]
@@ -263,11 +273,15 @@ def _load(
     return traces, errors, notes, picked
 
 
-# What a worker sends back for one file: the parts, or the message of an error or a note.
-_Result = tuple[str, "list[ProcessPart] | str"]
+#: What reading one file, or one member's files again, came to: ``("ok", its parts)``, or
+#: ``("note", why it holds nothing to count)``, or ``("error", why it could not be read)``.
+Reading = tuple[str, "list[ProcessPart] | str"]
+#: A member (role and rank) whose processes are in several files, to be read again together:
+#: each file with the pids and instance that pick its copies there.
+MemberFiles = tuple[Member, list[tuple[Path, tuple[frozenset[int], str]]], StepOptions]
 
 
-def _part_job(item: tuple[Path, StepOptions]) -> _Result:
+def _part_job(item: tuple[Path, StepOptions]) -> Reading:
     path, steps = item
     try:
         return "ok", part_of_file(path, fold_name, steps)
@@ -279,9 +293,7 @@ def _part_job(item: tuple[Path, StepOptions]) -> _Result:
         return "error", f"{_shown(path)}: could not be read ({type(e).__name__}: {e})"
 
 
-def _rank_job(
-    item: tuple[Member, list[tuple[Path, tuple[frozenset[int], str]]], StepOptions],
-) -> _Result:
+def _rank_job(item: MemberFiles) -> Reading:
     """One role and rank whose processes are in several files, read again and summed exactly.
     (A copy may have its role from another copy of the process: the pids pick the copies.)"""
     member, files, steps = item
@@ -289,7 +301,7 @@ def _rank_job(
         try:
             group = _held_group(member, files)
         except TooLargeToHold:  # its spills hold more than one file may: in one pass instead
-            return "ok", [_streamed_group(member, files, steps)]
+            return "ok", [streamed_member(member, member_streams(member, files, steps))]
         for t in group:
             t.role = member.role
         return "ok", [aggregate_trace(_joined(member, group), fold_name, steps)]
@@ -318,12 +330,12 @@ def _held_group(
     return group
 
 
-def _streamed_group(
+def member_streams(
     member: Member, files: list[tuple[Path, tuple[frozenset[int], str]]], steps: StepOptions
-) -> ProcessPart:
-    """What :func:`_joined` and ``aggregate_trace`` make of ``member``'s traces in ``files``,
-    their spills and Chrome traces read in one pass (a database is read whole, as it always
-    is)."""
+) -> list[tuple[RankTrace, StreamAggregator]]:
+    """``member``'s traces in ``files`` (without their records), each with an aggregator of its
+    records read in one pass: what :func:`streamed_member` sums, wherever each file was read
+    (the aggregators pickle: a node of a cluster sends its own back)."""
     found: list[tuple[RankTrace, StreamAggregator]] = []
     for path, who in files:
         found += [
@@ -331,6 +343,15 @@ def _streamed_group(
             for t, agg in streams_of_file(path, fold_name, steps)
             if t.rank == member.rank and agg.pids == who[0] and t.instance in (who[1], "")
         ]
+    return found
+
+
+def streamed_member(
+    member: Member, found: Sequence[tuple[RankTrace, StreamAggregator]]
+) -> ProcessPart:
+    """What :func:`_joined` and ``aggregate_trace`` make of ``member``'s traces, from what
+    :func:`member_streams` read of its files (their spills and Chrome traces in one pass; a
+    database read whole, as it always is): the part of a member summarised in one pass."""
     if not found:
         raise ValueError("none of its processes is in its files any more")
     total = found[0][1]
@@ -349,10 +370,11 @@ def _streamed_group(
 def _streamed_notes(parts: Sequence[ProcessPart]) -> list[str]:
     """One note per process summarised in one pass: which figures it lacks, and why."""
     return [
-        f"{p.member.label} ({_shown(p.source)}): {p.n_records} events, more than are held in"
-        " memory here: summarised in one pass, so its self times and its unmarked, concurrent"
-        " and outside-step time are not known (shown as -), and the p50/p90 of its phases of"
-        f" many ranges are within {100 * RELATIVE_ERROR:g}%"
+        f"{p.member.label} ({_shown(p.source)}): {p.n_records} events"
+        + (", more than are held in memory here" if p.n_records > stream.MAX_HELD_EVENTS else "")
+        + ": summarised in one pass, so its self times and its unmarked, concurrent and"
+        " outside-step time are not known (shown as -), and the p50/p90 of its phases of many"
+        f" ranges are within {100 * RELATIVE_ERROR:g}%"
         for p in parts
         if p.streamed
     ]
@@ -389,35 +411,93 @@ def memory_jobs(
     return max(jobs, 1)
 
 
-def summarize_path(
+class FilesRead(NamedTuple):
+    """What a :class:`PartReader` made of a folder: each trace file found and what it came to
+    (in any order); the errors of the folder itself (not found, not listable); its notes."""
+
+    results: list[tuple[Path, Reading]]
+    errors: list[str]
+    notes: list[str]
+
+
+def read_files(
+    root: Path,
+    steps: StepOptions,
+    jobs: int | None = None,
+    progress: bool = True,
+    cpus: int | None = None,
+) -> FilesRead:
+    """Every trace file under ``root``, each reduced to its parts by ``jobs`` worker processes
+    of this machine (default: one per CPU, ``cpus`` or those this process may use, fewer when
+    large files would take more than :data:`MEMORY_BUDGET` together, see :func:`memory_jobs`);
+    a progress line goes to stderr when there are more than a few files and ``progress``."""
+    errors: list[str] = []
+    if not root.exists():
+        return FilesRead([], [f"{root}: no such file or folder"], [])
+    files = find_trace_files(root, errors)
+    meter = Progress(len(files)) if progress else None
+    file_jobs = memory_jobs([peak_estimate(f) for f in files], cpus) if jobs is None else jobs
+    mapped = map_files(_part_job, [(f, steps) for f in files], file_jobs, meter)
+    return FilesRead([(file, value) for (file, _), value in mapped], errors, [])
+
+
+def read_members(
+    items: Sequence[MemberFiles], jobs: int | None = None, cpus: int | None = None
+) -> list[Reading]:
+    """What each member came to, its files read again together (by ``jobs`` worker processes
+    of this machine; default as :func:`memory_jobs` says of each member's files together)."""
+    if jobs is None:
+        jobs = memory_jobs([sum(peak_estimate(f) for f, _ in item[1]) for item in items], cpus)
+    return [value for _, value in map_files(_rank_job, items, jobs)]
+
+
+class PartReader(Protocol):
+    """How the files under a folder become parts: the one step of :func:`summarize_path` that
+    depends on where they lie. :class:`LocalReader` reads them with this machine's processes;
+    :class:`mstx_marks.analysis.cluster.RayReader` with a task on each node of a Ray cluster,
+    which runs :func:`read_files` and :func:`read_members` on that node's own disk. Whatever a
+    :class:`~mstx_marks.analysis.aggregate.ProcessPart` holds travels back alike."""
+
+    def files(
+        self, root: Path, steps: StepOptions, jobs: int | None, progress: bool
+    ) -> FilesRead: ...
+
+    def members(self, items: Sequence[MemberFiles], jobs: int | None) -> list[Reading]: ...
+
+
+class LocalReader:
+    """The files read where this process runs (what :func:`summarize_path` does by default).
+
+    >>> LocalReader().files(Path("/no/such/folder"), StepOptions(), 1, False).errors
+    ['/no/such/folder: no such file or folder']
+    """
+
+    def files(self, root: Path, steps: StepOptions, jobs: int | None, progress: bool) -> FilesRead:
+        return read_files(root, steps, jobs, progress)
+
+    def members(self, items: Sequence[MemberFiles], jobs: int | None) -> list[Reading]:
+        return read_members(items, jobs)
+
+
+def member_parts(
     path: str | Path,
     steps: StepOptions | None = None,
     jobs: int | None = None,
     progress: bool = True,
     run: str | None = None,
-) -> Summary:
-    """The summary of every trace under ``path``, streamed (``errors`` and ``notes`` filled).
-
-    Files are read by ``jobs`` worker processes (default: one per CPU, fewer when large files
-    would take more than :data:`MEMORY_BUDGET` together, see :func:`memory_jobs`), each file
-    reduced to a :class:`~mstx_marks.analysis.aggregate.ProcessPart` where it is read; a
-    progress line goes to stderr when there are more than a few files. Workers fold names with
-    the built-in phase registry (pass ``jobs=1`` to fold with phases registered in this process).
-    """
+    reader: PartReader | None = None,
+) -> tuple[list[ProcessPart], list[str], list[str], RunPick[ProcessPart]]:
+    """One part per member (role and rank) of the run read from the traces under ``path``, as
+    ``reader`` reads them (default :class:`LocalReader`): ``(parts, errors, notes, run)``;
+    what :func:`summarize_path` combines."""
     steps = steps or StepOptions()
-    errors: list[str] = []
-    notes: list[str] = []
     root = Path(path)
-    if not root.exists():
-        return Summary([], {}, {}, {}, errors=[f"{root}: no such file or folder"])
-    files = find_trace_files(root, errors)
-    meter = Progress(len(files)) if progress else None
+    reader = reader or LocalReader()
+    read = reader.files(root, steps, jobs, progress)
+    errors, notes = list(read.errors), list(read.notes)
     loaded: list[tuple[Path, list[Copy[ProcessPart]]]] = []
     budget = PoolBudget()
-    file_jobs = memory_jobs([peak_estimate(f) for f in files]) if jobs is None else jobs
-    for (file, _), (status, value) in map_files(
-        _part_job, [(f, steps) for f in files], file_jobs, meter
-    ):
+    for file, (status, value) in read.results:
         if isinstance(value, str):
             (notes if status == "note" else errors).append(value)
             continue
@@ -431,7 +511,7 @@ def summarize_path(
     loaded.sort(key=lambda item: item[0])  # workers finish in any order; choose as if in order
     errors.sort()
     parts: list[ProcessPart] = []
-    again = []
+    again: list[MemberFiles] = []
     selected, picked = _select(root, loaded, errors, notes, run)
     for member, group in selected.items():
         if len(group) == 1:
@@ -442,14 +522,33 @@ def summarize_path(
                 (c.source, (c.pids, c.instance)) for c in group if c.source is not None
             ]
             again.append((member, files_of_member, steps))
-    if jobs is None:  # a member's files are read together
-        jobs = memory_jobs([sum(peak_estimate(f) for f, _ in item[1]) for item in again])
-    for _, (_status, value) in map_files(_rank_job, again, jobs):
+    for _status, value in reader.members(again, jobs) if again else []:
         if isinstance(value, str):
             errors.append(value)
         else:
             parts.extend(value)
     notes.extend(_streamed_notes(parts))
+    return parts, errors, notes, picked
+
+
+def summarize_path(
+    path: str | Path,
+    steps: StepOptions | None = None,
+    jobs: int | None = None,
+    progress: bool = True,
+    run: str | None = None,
+    reader: PartReader | None = None,
+) -> Summary:
+    """The summary of every trace under ``path``, streamed (``errors`` and ``notes`` filled).
+
+    Files are read by ``jobs`` worker processes (default: one per CPU, fewer when large files
+    would take more than :data:`MEMORY_BUDGET` together, see :func:`memory_jobs`), each file
+    reduced to a :class:`~mstx_marks.analysis.aggregate.ProcessPart` where it is read; a
+    progress line goes to stderr when there are more than a few files. Workers fold names with
+    the built-in phase registry (pass ``jobs=1`` to fold with phases registered in this process).
+    ``reader`` says where the files are read (see :class:`PartReader`; default: here).
+    """
+    parts, errors, notes, picked = member_parts(path, steps, jobs, progress, run, reader)
     summary = combine(parts)
     summary.errors, summary.notes = errors, notes + summary.notes
     return _with_run(summary, picked)
@@ -479,6 +578,7 @@ def run_summary(
     jobs: int | None = None,
     run: str | None = None,
     all_phases: bool = False,
+    reader: PartReader | None = None,
 ) -> int:
     """Print the summary of the traces under ``path`` as ``fmt`` (table, csv, json); draw the
     timeline to ``svg``, write the HTML report to ``html`` and the merged job timeline (Chrome /
@@ -486,7 +586,8 @@ def run_summary(
     be read (the others are still summarised), or 2 when no trace was found (as ``coverage``
     says) or an output file's folder does not exist (checked first) or cannot be written.
     ``run``: which run of the job (an id, or ``"all"``; default the newest, named when there
-    are several).
+    are several). ``reader`` says where the files are read (see :class:`PartReader`; the
+    pictures need every range, so only from files read here).
 
     The table, the HTML report and the SVG legend show each role's
     :data:`~mstx_marks.analysis.top_phases.MAX_PHASES` phases of most time and one row for the
@@ -495,13 +596,20 @@ def run_summary(
     outputs = (("--svg", svg), ("--html", html), ("--trace", trace))
     if not all(_check_folder(flag, file) for flag, file in outputs):
         return 2
+    if reader is not None and (svg or html or trace):
+        print(
+            "error: --svg, --html and --trace draw every range, which only the files read here"
+            " hold: copy the folders together and summarise that",
+            file=sys.stderr,
+        )
+        return 2
     traces: list[RankTrace] = []
     if svg or html or trace:  # pictures need every range: read them into memory
         traces, errors, notes, picked = _load(path, None, run)
         summary = _with_run(summarize(traces, steps=steps), picked)
         summary.errors, summary.notes = errors, notes + summary.notes
     else:
-        summary = summarize_path(path, steps, jobs, run=run)
+        summary = summarize_path(path, steps, jobs, run=run, reader=reader)
     for note in summary.notes:
         print(f"note: {printable(note)}", file=sys.stderr)
     for error in summary.errors:

@@ -13,11 +13,12 @@ mstx-marks ...
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shlex
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, Callable, NoReturn
 
 __all__ = ["COMMANDS", "main", "markdown_reference"]
@@ -233,6 +234,32 @@ def _coverage_args(p: argparse.ArgumentParser) -> None:
         + ", a comma list of phase names, or a+b mixes (e.g. verl-grpo+vllm)",
     )  # fmt: skip
     p.add_argument("--json", action="store_true", help="the report as JSON (for CI)")
+    _ray_arg(p)
+
+
+def _ray_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--ray",
+        metavar="ADDRESS",
+        help="read PATH on every node of this Ray cluster (auto, HOST:PORT), each with a task on"
+        " that node; {node_id}, {node_ip} and {host} in PATH become each node's own",
+    )
+
+
+@contextlib.contextmanager
+def _reader(address: str | None) -> Iterator[Any]:
+    """The reader of ``--ray ADDRESS``, connected while the block runs (None without it)."""
+    if address is None:
+        yield None
+        return
+    from mstx_marks.analysis.cluster import ClusterError, RayReader
+
+    try:
+        reader = RayReader(address)
+    except ClusterError as e:
+        raise _Exit(2, f"error: {e}\n") from e
+    with reader:
+        yield reader
 
 
 def _export_args(p: argparse.ArgumentParser) -> None:
@@ -291,19 +318,34 @@ def _coverage(args: argparse.Namespace) -> int:
         print(f"error: {problem}", file=sys.stderr)
         return 2
     expected = expected_phases(args.expect)
-    traces, errors, _ = load_traces(args.path)
+    if args.ray:
+        report, errors = _coverage_on_nodes(args.path, args.ray, expected)
+    else:
+        traces, errors, _ = load_traces(args.path)
+        report = check_coverage(traces, expected) if traces else None
     for error in errors:
         print(f"error: {error}", file=sys.stderr)
-    if not traces:
+    if report is None:
         if not errors:
             print(f"error: {args.path}: no trace with any range found", file=sys.stderr)
         return 2
-    report = check_coverage(traces, expected)
     if args.json:
         print(json.dumps(report.to_json(), indent=2))
     else:
         print("\n".join(report.lines()))
     return 0 if report.ok else 1
+
+
+def _coverage_on_nodes(path: str, address: str, expected: list[str]) -> tuple[Any, list[str]]:
+    """Coverage of the summary's parts of ``path`` read on every node (``coverage --ray``):
+    ``(report or None when nothing was read, errors)``; the nodes read go to stderr."""
+    from mstx_marks.analysis.coverage import check_parts
+    from mstx_marks.analysis.summary import member_parts
+
+    with _reader(address) as reader:
+        parts, errors, _, _ = member_parts(path, progress=False, reader=reader)
+        print(f"note: {reader.report(path)}", file=sys.stderr)
+    return (check_parts(parts, expected) if parts else None), errors
 
 
 def _demo_args(p: argparse.ArgumentParser) -> None:
@@ -375,6 +417,7 @@ def _summary_args(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="leave out where each step's time goes per process (the per-step table, its JSON)",
     )
+    _ray_arg(p)
 
 
 def _summary(args: argparse.Namespace) -> int:
@@ -384,18 +427,21 @@ def _summary(args: argparse.Namespace) -> int:
     if args.jobs is not None and args.jobs < 1:
         print(f"error: --jobs {args.jobs}: must be at least 1", file=sys.stderr)
         return 2
-    _say_unexported(args.path)
-    return run_summary(
-        args.path,
-        "csv" if args.csv else "json" if args.json else "table",
-        args.svg,
-        html=args.html,
-        trace=args.trace,
-        steps=StepOptions(args.step_name, args.step_key, per_step=not args.no_per_step),
-        jobs=args.jobs,
-        run=args.run_id,
-        all_phases=args.all_phases,
-    )
+    if not args.ray:
+        _say_unexported(args.path)
+    with _reader(args.ray) as reader:
+        return run_summary(
+            args.path,
+            "csv" if args.csv else "json" if args.json else "table",
+            args.svg,
+            html=args.html,
+            trace=args.trace,
+            steps=StepOptions(args.step_name, args.step_key, per_step=not args.no_per_step),
+            jobs=args.jobs,
+            run=args.run_id,
+            all_phases=args.all_phases,
+            reader=reader,
+        )
 
 
 def _diff_args(p: argparse.ArgumentParser) -> None:
