@@ -151,6 +151,15 @@ def test_coverage_reads_the_same_parts_on_the_nodes(ray_run: Run) -> None:
     assert "read on 3 of 3 nodes" in cov["stderr"]
 
 
+def test_diff_reads_both_runs_on_the_nodes(ray_run: Run) -> None:
+    diff = ray_run.result["diff"]
+    assert diff["rc"] in (0, 1), diff["stderr"]  # 1: a row grew (no threshold: never)
+    doc = json.loads(diff["stdout"])
+    assert doc["base"].startswith("base ") and "{node_id}" in doc["base"]
+    roles = {r["role"] for r in doc["rows"]}
+    assert {"WorkerDict", "EngineCore_DP0"} <= roles  # base's from both workers, new's from one
+
+
 def test_only_partial_aggregates_cross_whatever_the_events(ray_run: Run) -> None:
     """The same process (10 steps, the same phases) with 1e3 and 1e5 events: what its node
     sends back does not grow with the events (durations travel only while a phase has at most

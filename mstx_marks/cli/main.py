@@ -460,6 +460,7 @@ def _diff_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--step-name", metavar="PHASE", help="the phase whose ranges are steps")
     p.add_argument("--step-key", metavar="KEY", default="step", help="as summary's (default: step)")
     p.add_argument("--jobs", type=int, metavar="N", help="worker processes reading files")
+    _ray_arg(p)
 
 
 def _diff(args: argparse.Namespace) -> int:
@@ -469,16 +470,18 @@ def _diff(args: argparse.Namespace) -> int:
     if args.jobs is not None and args.jobs < 1:
         print(f"error: --jobs {args.jobs}: must be at least 1", file=sys.stderr)
         return 2
-    return run_diff(
-        args.base,
-        args.new,
-        base_run=args.base_run,
-        new_run=args.new_run,
-        threshold_pct=args.threshold,
-        as_json=args.json,
-        steps=StepOptions(args.step_name, args.step_key),
-        jobs=args.jobs,
-    )
+    with _reader(args.ray) as reader:
+        return run_diff(
+            args.base,
+            args.new,
+            base_run=args.base_run,
+            new_run=args.new_run,
+            threshold_pct=args.threshold,
+            as_json=args.json,
+            steps=StepOptions(args.step_name, args.step_key),
+            jobs=args.jobs,
+            reader=reader,
+        )
 
 
 def _say_unexported(path: str) -> None:

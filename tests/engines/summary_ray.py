@@ -14,7 +14,7 @@ by ``export_rank``, one run id):
 Durations differ per node. This process connects through a
 :class:`~mstx_marks.analysis.cluster.RayReader` (its ``ray.init``), summarises
 ``WORK/nodes/{node_id}`` with it (what each node's task did, the summary's JSON), runs
-``mstx-marks summary ... --ray ADDRESS --json`` and ``coverage ... --ray`` as a user would (in
+``mstx-marks summary ... --ray ADDRESS --json``, ``coverage`` and ``diff`` as a user would (in
 this process: a new driver would start new workers on every node, ten seconds here), measures
 the parts one node sends back for one process of 1e3 and of 1e5 events (same steps and phases;
 ``WORK/payload/{small,big}/<node id>``), reads a node id the cluster does not know, removes
@@ -166,6 +166,8 @@ def main(work: Path, result: Path) -> None:
         payload[size] = on(ids[1], write_payload, str(folder), decodes)
         payload[size].update(read(cluster.address, folder / "{node_id}", [ids[1]]))
     out["payload"] = payload
+    small = work / "payload" / "small" / "{node_id}"
+    out["diff"] = command("diff", str(template), str(small), "--ray", cluster.address, "--json")
 
     out["unknown"] = read(cluster.address, template, [ids[1], "ab" * 28])
     cluster.remove_node(workers[1])
