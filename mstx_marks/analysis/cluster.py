@@ -21,8 +21,9 @@ counts, totals and steps are exact, its self times not known, as for a spill too
 **Paths.** ``DIR`` is read on every node after replacing ``{node_id}``, ``{node_ip}`` and
 ``{host}`` (:data:`PLACEHOLDERS`) with that node's Ray id, IP and host name: a job that wrote
 ``/data/prof/$HOSTNAME`` is read with ``summary /data/prof/{host} --ray auto``. A node without
-the folder is named in a note (the head often runs no rank); no node with it is an error. A file
-seen at the same path by several nodes (a shared filesystem) is used once.
+the folder is named in a note (the head often runs no rank); no node with it is an error. A
+relative ``DIR`` is taken from this process's folder. A file seen at the same path by several
+nodes (a shared filesystem) is used once.
 
 **Nodes.** The nodes the cluster knows, from Ray's state API (``ray.util.state.list_nodes``,
 served by the dashboard of ``ray[default]``), else from the GCS's own table (``ray.nodes()``)
@@ -76,6 +77,7 @@ __all__ = [
 PLACEHOLDERS = ("{node_id}", "{node_ip}", "{host}")
 #: The most rows the state API returns at once (its server's own cap, 10,000 by default).
 _STATE_LIMIT = 10_000
+_DEAD = "dead"
 
 # What a node sends back for the members read again: its id, each whole member's reading, and
 # for each member's files there, their aggregators (or why they could not be read).
@@ -320,12 +322,14 @@ class RayReader:
         """Each alive node's trace files under ``root`` (its placeholders replaced there), each
         reduced to its parts on its node; ``progress`` is not shown (the nodes read at once)."""
         del progress
+        # The same absolute path on every node (a task's working folder is Ray's, not ours).
+        root = root if root.is_absolute() else Path.cwd() / root
         self.nodes = [NodeRead(n) for n in self._chosen()]
         self._holders = {}
         pending = []
         for read in self.nodes:
             if not read.node.alive:
-                read.error = "dead: its traces are not read"
+                read.error = _DEAD
                 continue
             try:
                 task = self._task(_read_node, read.node.node_id)
@@ -357,7 +361,12 @@ class RayReader:
                     results.append((file, reading))
             if sent.found:
                 errors.extend(sent.read.errors)
-        errors += [f"Ray node {r.node.label}: {r.error}" for r in self.nodes if r.error]
+        dead = [r.node.label for r in self.nodes if r.error == _DEAD]
+        if dead:  # one line however many (an autoscaled cluster lists those it let go)
+            errors.append(f"{len(dead)} Ray node(s) dead, their traces not read: {', '.join(dead)}")
+        errors += [
+            f"Ray node {r.node.label}: {r.error}" for r in self.nodes if r.error not in ("", _DEAD)
+        ]
         errors += self._missing(root, notes)
         return FilesRead(results, errors, [self.report(root), *notes, *self._shared()])
 
