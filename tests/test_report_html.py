@@ -3,6 +3,7 @@ loaded from a file, rendered without console errors, and screenshotted."""
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import re
@@ -122,10 +123,62 @@ def _png_pixels(path: Path) -> tuple[int, int, list[bytes]]:
     return width, bpp, rows
 
 
+#: Headless Chromium as the tests run it: a fixed window, and time to run the page's scripts.
+FLAGS = ["--headless", "--disable-gpu", "--no-sandbox", "--hide-scrollbars",
+         "--window-size=1400,900", "--virtual-time-budget=3000"]  # fmt: skip
+
+
+def _run_chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    chromium = _chromium()
+    home = tmp_path / "home"  # chromium writes its profile there, not in the user's home
+    return subprocess.run(
+        [chromium, *FLAGS, "--enable-logging=stderr", "--v=0", *args],
+        capture_output=True, text=True, timeout=120, env={**os.environ, "HOME": str(home)},
+    )  # fmt: skip
+
+
+def _page_errors(dom: str) -> str | None:
+    """What the page's error catcher (report/errors.js) noted: uncaught errors (a script's
+    syntax error too), rejected promises, console.error; None when nothing."""
+    m = re.search(r'<html[^>]*data-errors="([^"]*)"', dom)
+    return None if m is None else html.unescape(m.group(1))
+
+
+def _rendered(page: Path, tmp_path: Path) -> str:
+    """The DOM of ``page`` once its scripts ran in headless Chromium, which must have rendered
+    it whole with no error caught and none on the console."""
+    run = _run_chromium(tmp_path, "--dump-dom", page.as_uri())
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert 'data-rendered="ok"' in run.stdout, run.stderr[-2000:]
+    assert _page_errors(run.stdout) is None, _page_errors(run.stdout)
+    console = [line for line in run.stderr.splitlines() if "CONSOLE" in line]
+    assert not [line for line in console if "Uncaught" in line or "rror" in line], console
+    return run.stdout
+
+
+def test_the_error_catcher_notes_every_kind_of_script_failure(tmp_path: Path) -> None:
+    """The checks of the Chromium tests can fail: a page with a script error, a syntax error,
+    a rejected promise or a console.error is caught (and a clean page is not)."""
+    traces = _traces()
+    page = render_html(traces, summarize(traces))
+    clean = tmp_path / "clean.html"
+    clean.write_text(page)
+    assert _page_errors(_rendered(clean, tmp_path)) is None
+    for bad, said in [
+        ("null.x()", "null"),
+        ("const = ;", "SyntaxError"),
+        ("Promise.reject('lost')", "unhandled rejection: lost"),
+        ("console.error('drawn wrong', 3)", "drawn wrong 3"),
+    ]:
+        broken = tmp_path / "broken.html"
+        broken.write_text(page.replace("</body>", f"<script>{bad}</script></body>"))
+        run = _run_chromium(tmp_path, "--dump-dom", broken.as_uri())
+        assert said in (_page_errors(run.stdout) or ""), (bad, run.stdout[-500:])
+
+
 def test_the_report_renders_in_headless_chromium(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    chromium = _chromium()
     c = synthetic_rank(2, steps=3, tokens=4)  # a second rollout rank: an imbalance to show
     c.role = "rollout"
     for t in [*_traces(), c]:
@@ -133,40 +186,16 @@ def test_the_report_renders_in_headless_chromium(
     report = tmp_path / "report.html"
     assert cli_main(["summary", str(tmp_path / "run"), "--html", str(report)]) == 0
     assert f"html: {report}" in capsys.readouterr().err
-    flags = ["--headless", "--disable-gpu", "--no-sandbox", "--hide-scrollbars",
-             "--window-size=1400,900", "--virtual-time-budget=3000"]  # fmt: skip
-    home = tmp_path / "home"  # chromium writes its profile there, not in the user's home
-    env = {**os.environ, "HOME": str(home)}
-    dom = subprocess.run(
-        [chromium, *flags, "--enable-logging=stderr", "--v=0", "--dump-dom", report.as_uri()],
-        capture_output=True, text=True, timeout=120, env=env,
-    )  # fmt: skip
-    assert dom.returncode == 0, dom.stderr[-2000:]
-    assert 'data-rendered="ok"' in dom.stdout, dom.stderr[-2000:]
-    assert not re.search(r"<html[^>]*data-errors", dom.stdout)  # window.onerror caught nothing
-    console = [line for line in dom.stderr.splitlines() if "CONSOLE" in line]
-    assert not [line for line in console if "Uncaught" in line or "rror" in line], console
-    drawn = re.search(r'data-drawn="(\d+)"', dom.stdout)
+    dom = _rendered(report, tmp_path)
+    drawn = re.search(r'data-drawn="(\d+)"', dom)
     assert drawn and int(drawn.group(1)) > 20
-    assert dom.stdout.count("<th ") + dom.stdout.count("<th>") >= 10  # the table was built
-    assert "slowest rank 1" in dom.stdout  # imbalance names the slowest rank
-    assert re.search(r'data-marks="[1-9]', dom.stdout)  # the instants are drawn
-    assert "(unmarked)" in dom.stdout and "self %" in dom.stdout
-
-    # The check can fail: the same page with a script error is caught.
-    broken = tmp_path / "broken.html"
-    broken.write_text(report.read_text().replace("</body>", "<script>null.x()</script></body>"))
-    bad = subprocess.run(
-        [chromium, *flags, "--dump-dom", broken.as_uri()],
-        capture_output=True, text=True, timeout=120, env=env,
-    )  # fmt: skip
-    assert re.search(r"<html[^>]*data-errors=\"[^\"]*null", bad.stdout)
+    assert dom.count("<th ") + dom.count("<th>") >= 10  # the table was built
+    assert "slowest rank 1" in dom  # imbalance names the slowest rank
+    assert re.search(r'data-marks="[1-9]', dom)  # the instants are drawn
+    assert "(unmarked)" in dom and "self %" in dom
 
     png = tmp_path / "report.png"
-    shot = subprocess.run(
-        [chromium, *flags, f"--screenshot={png}", report.as_uri()],
-        capture_output=True, text=True, timeout=120, env=env,
-    )  # fmt: skip
+    shot = _run_chromium(tmp_path, f"--screenshot={png}", report.as_uri())
     assert shot.returncode == 0 and png.is_file(), shot.stderr[-2000:]
     width, bpp, rows = _png_pixels(png)
     assert width == 1400 and len(rows) == 900
@@ -185,22 +214,14 @@ def test_a_page_of_folded_phases_renders_its_legend_and_table_in_chromium(
 ) -> None:
     """Past the cut, the legend and the table end with one entry for the other phases, drawn
     grey; the page renders as before."""
-    chromium = _chromium()
     trace = synthetic_rank(0, steps=3, tokens=4)
     trace.records += [rng(f"op_{i}", 3100 + 10 * i, 3105 + 10 * i) for i in range(30)]
     page = tmp_path / "report.html"
     page.write_text(render_html([trace], summarize([trace]), max_phases=5))
-    home = tmp_path / "home"
-    dom = subprocess.run(
-        [chromium, "--headless", "--disable-gpu", "--no-sandbox", "--window-size=1400,900",
-         "--virtual-time-budget=3000", "--dump-dom", page.as_uri()],
-        capture_output=True, text=True, timeout=120, env={**os.environ, "HOME": str(home)},
-    )  # fmt: skip
-    assert 'data-rendered="ok"' in dom.stdout, dom.stderr[-2000:]
-    assert not re.search(r"<html[^>]*data-errors", dom.stdout)
-    legend = re.search(r"<div class=\"legend\" id=\"legend\">(.*?)</div>", dom.stdout, re.S)
+    dom = _rendered(page, tmp_path)
+    legend = re.search(r"<div class=\"legend\" id=\"legend\">(.*?)</div>", dom, re.S)
     # the 5 longest, the step, the instant, the others
     assert legend and legend.group(1).count("<span>") == 5 + 1 + 1 + 1
     assert "(28 other phases)" in legend.group(1)  # of 33: gen, its decodes, update, 30 ops
     row = r'<tr class="other"><td class="name"[^>]*>\(28 other phases\)</td><td>all</td><td>28<'
-    assert re.search(row, dom.stdout)
+    assert re.search(row, dom)
