@@ -313,3 +313,29 @@ def test_the_summary_reads_every_phase(runs: Runs, processes: list[ProcessRanges
     assert phases["step"] == len(STEPS), phases
     for name in ("vllm_one_step", "decode_batch", "compute_log_prob", "update_actor", "adv"):
         assert phases[name] > 0, phases
+
+
+def test_the_per_step_table_puts_every_roles_phases_in_each_step(runs: Runs) -> None:
+    """The summary's per-step model (analysis/rl_steps.py): the trainer's 2 steps are the
+    job's; the phases of the trainer, the FSDP workers, the agent loop and vLLM's engine all fall
+    in each of them; and the FSDP worker sits idle through the rollout the trainer waits for."""
+    done = cli(runs.python, "summary", runs.out, "--json")
+    assert done.returncode == 0, done.stderr
+    per_step = json.loads(done.stdout)["per_step"]
+    assert "TaskRunner" in per_step["reference"]["role"], per_step["reference"]
+    assert [s["key"] for s in per_step["steps"]] == [str(s) for s in STEPS]
+    rows = per_step["processes"]
+    for role in ("TaskRunner", "WorkerDict", "AgentLoopWorker", "EngineCore"):
+        found = [p for p in rows if role in p["role"]]
+        assert found, (role, [p["role"] for p in rows])
+        for p in found:
+            for i in range(len(STEPS)):
+                assert p["busy_ns"][i] > 0, (role, i, p)
+                assert any(times[i] > 0 for times in p["phases"].values()), (role, i, p)
+                assert p["busy_ns"][i] + p["idle_ns"][i] == p["length_ns"][i], p
+    trainer = next(p for p in rows if "TaskRunner" in p["role"])
+    for worker in (p for p in rows if "WorkerDict" in p["role"]):
+        for i in range(len(STEPS)):
+            rollout = trainer["phases"]["generate_sequences"][i]
+            assert rollout > 0, trainer
+            assert worker["idle_ns"][i] >= rollout // 2, (i, rollout, worker)

@@ -44,6 +44,8 @@ from typing import Any, Callable, Iterable, Sequence
 
 from mstx_marks.analysis.mark_pairs import pair_marks
 from mstx_marks.analysis.quantiles import RELATIVE_ERROR, QuantileSketch, percentile
+from mstx_marks.analysis.rl_steps import StepAnalysis, analyse
+from mstx_marks.analysis.spans import ProcessSpans, spans_of_ranges
 from mstx_marks.analysis.stages import (
     is_automatic,
     merged_note,
@@ -157,6 +159,9 @@ class Summary:
     #: the ids of the others there, newest first (see :mod:`mstx_marks.analysis.copies`).
     run: str = ""
     other_runs: list[str] = field(default_factory=list)
+    #: Where each step's time goes across the processes (None: no process has steps, or
+    #: ``StepOptions.per_step`` was off): see :mod:`mstx_marks.analysis.rl_steps`.
+    per_step: StepAnalysis | None = None
 
     @property
     def roles(self) -> list[str]:
@@ -261,6 +266,8 @@ class ProcessPart:
     #: The hot-path methods its process ran unmarked (``<module>:<Class>.<method>``, sorted):
     #: see :func:`~mstx_marks.analysis.stages.unmarked_method`.
     unmarked: list[str] = field(default_factory=list)
+    #: What its phases' ranges cover, for the per-step analysis (None when it is off).
+    spans: ProcessSpans | None = None
 
     @property
     def member(self) -> Member:
@@ -336,7 +343,8 @@ def aggregate_trace(
             merged_ns[name] += -neg_end - start
         else:
             durations.setdefault(name, []).append(-neg_end - start)
-    return (
+    found = find_steps(paired, steps, fold)
+    part = (
         ProcessPart(
             rank=trace.rank,
             pids=frozenset(r.pid for r in records),
@@ -358,9 +366,12 @@ def aggregate_trace(
             notes=list(file_notes(trace)),
             unmarked=sorted(unmarked),
         )
-        .set_steps(find_steps(paired, steps, fold))
+        .set_steps(found)
         .set_breakdown(nested, step_windows(paired, steps, fold))
     )
+    if options.per_step:  # (nested now sorted by thread, then start)
+        part.spans = spans_of_ranges(nested, found, trace.host, trace.anchor_ns)
+    return part
 
 
 def _measure(spans: Sequence[Span]) -> int:
@@ -533,6 +544,7 @@ def combine(parts: Iterable[ProcessPart]) -> Summary:
         concurrent_ns={m: p.concurrent_ns for m, p in known.items()},
         outside_ns={m: p.outside_ns for m, p in known.items()},
         notes=_notes(by_member),
+        per_step=analyse((m, p.spans) for m, p in by_member.items() if p.spans is not None),
     )
 
 

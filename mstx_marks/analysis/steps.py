@@ -124,6 +124,9 @@ class StepOptions:
     key: str = "step"
     #: With no ``name``: the one default step name to use (see :meth:`resolved`).
     default: str | None = None
+    #: Whether each process keeps what the per-step analysis needs (its phases' spans, see
+    #: :mod:`mstx_marks.analysis.spans`); ``summary --no-per-step`` turns it off.
+    per_step: bool = True
 
     def is_step(self, name: str, fold: Callable[[str], str] = fold_name) -> bool:
         """Whether ranges called ``name`` are steps (by default, :data:`DEFAULT_STEP_NAMES`).

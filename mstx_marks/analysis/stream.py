@@ -66,6 +66,7 @@ from mstx_marks.analysis.aggregate import (
 )
 from mstx_marks.analysis.mark_pairs import START_SUFFIX, STOP_SUFFIX
 from mstx_marks.analysis.quantiles import RELATIVE_ERROR, QuantileSketch, percentile
+from mstx_marks.analysis.spans import ProcessSpans
 from mstx_marks.analysis.stages import (
     UNCOVERED_DOMAIN,
     NestFrontier,
@@ -266,6 +267,8 @@ class StreamAggregator:
         self.merged_ns: dict[str, int] = {}
         #: The hot-path methods the process ran unmarked (its ``uncovered`` instants).
         self.unmarked: set[str] = set()
+        #: What its stage ranges cover, for the per-step analysis (in bounded memory).
+        self.spans = ProcessSpans() if self.options.per_step else None
 
     def may_be_step(self, name: str) -> bool:
         """Whether ranges called ``name`` may turn out to be steps (before the names are all
@@ -322,6 +325,8 @@ class StreamAggregator:
         if self.hi is None or end > self.hi:
             self.hi = end
         if stage is not None:  # counted once whether it repeats the stage around it is known
+            if self.spans is not None:
+                self.spans.add(start, end, stage)
             frontier = self.frontiers.get(thread)
             if frontier is None:
                 frontier = self.frontiers[thread] = NestFrontier(self._settle)
@@ -400,6 +405,8 @@ class StreamAggregator:
         self.backwards += other.backwards
         self.pids |= other.pids
         self.unmarked |= other.unmarked
+        if self.spans is not None and other.spans is not None:
+            self.spans.merge(other.spans)
         self.file_steps |= other.file_steps
         self.file_step_keys.update(other.file_step_keys)
         for name, n in other.merged.items():
@@ -458,14 +465,24 @@ class StreamAggregator:
             merged_ns=dict(self.merged_ns),
             notes=list(file_notes(trace)),
             unmarked=sorted(self.unmarked),
+            spans=self.spans,
         )
+        if self.spans is not None:
+            self.spans.host, self.spans.anchor_ns = trace.host, trace.anchor_ns
         file_steps = sorted(self.file_steps | set(trace.steps))
         if self.options.name is None and file_steps:
             keys = [self.file_step_keys.get(s) for s in file_steps]
             listed = [k for k in keys if k is not None]
-            return part.set_steps(steps_from_spans(file_steps, listed))
-        stores = [s for n in step_names if (s := self.names[n][1]) is not None]
-        return _set_steps(part, stores, options.key)
+            found = steps_from_spans(file_steps, listed)
+            if self.spans is not None:
+                self.spans.set_steps(found)
+            part.set_steps(found)
+        else:
+            stores = [s for n in step_names if (s := self.names[n][1]) is not None]
+            _set_steps(part, stores, options.key)
+        if self.spans is not None:
+            self.spans.finish()
+        return part
 
 
 def _set_steps(part: ProcessPart, stores: list[_StepRanges], key: str) -> ProcessPart:
@@ -477,7 +494,14 @@ def _set_steps(part: ProcessPart, stores: list[_StepRanges], key: str) -> Proces
             for st in stores
             for i, (s, e) in enumerate(zip(st.starts, st.ends))
         ]
-        return part.set_steps(steps_from_ranges(ranges, key))
+        found = steps_from_ranges(ranges, key)
+        if part.spans is not None:
+            part.spans.set_steps(found)
+        return part.set_steps(found)
+    if part.spans is not None:  # (each range a step of its own, numbered in order)
+        part.spans.set_step_spans(
+            (s for st in stores for s in st.starts), (e for st in stores for e in st.ends)
+        )
     count = sum(len(st.starts) for st in stores)
     if not count:
         return part.set_steps([])

@@ -39,7 +39,6 @@ rest.
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any, Callable, NamedTuple, Protocol, Sequence, TypeVar
@@ -65,6 +64,7 @@ from mstx_marks.analysis.readers import (
 )
 from mstx_marks.analysis.readers.chrome_json import NothingToRead
 from mstx_marks.analysis.readers.pool import Progress, default_jobs, map_files
+from mstx_marks.analysis.rl_steps_text import write_json
 from mstx_marks.analysis.steps import (
     StepOptions,
     file_notes,
@@ -619,8 +619,8 @@ def run_summary(
         return 2 if nothing else 1
     if fmt == "csv":
         sys.stdout.write(format_csv(summary))
-    elif fmt == "json":
-        print(json.dumps(format_json(summary), indent=1))
+    elif fmt == "json":  # (its per-step table one line per step and process: see write_json)
+        write_json(format_json(summary), sys.stdout)
     else:
         print(format_table(summary, max_phases))
     files = (svg, html, trace)

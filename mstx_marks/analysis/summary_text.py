@@ -20,6 +20,7 @@ from typing import Any
 
 from mstx_marks.analysis.aggregate import PhaseSummary, Stats, Summary
 from mstx_marks.analysis.quantiles import RELATIVE_ERROR
+from mstx_marks.analysis.rl_steps_text import format_steps, steps_json
 from mstx_marks.analysis.steps import default_steps
 from mstx_marks.analysis.top_phases import MAX_PHASES, OtherPhases, top_phases
 from mstx_marks.base.records import Member
@@ -224,6 +225,8 @@ def format_table(summary: Summary, max_phases: int | None = MAX_PHASES) -> str:
     annotations PyTorch and HCCL make by themselves follow the ``(unmarked)`` row, under
     :data:`AUTOMATIC`, without shares. Each role shows its ``max_phases`` phases of most total
     time, the rest summed in one row (:mod:`~mstx_marks.analysis.top_phases`; ``None``: all).
+    When a process has steps, the table ends with where each step's time goes, per process
+    (:func:`~mstx_marks.analysis.rl_steps_text.format_steps`).
 
     >>> from mstx_marks.base.records import RangeRecord, RankTrace
     >>> from mstx_marks.analysis.summary import summarize
@@ -295,6 +298,8 @@ def format_table(summary: Summary, max_phases: int | None = MAX_PHASES) -> str:
             " ones merged, or those of a",
             "  process summarised in one pass); every other figure is exact",
         ]
+    if summary.per_step is not None:  # where each step's time goes, across the processes
+        lines += ["", *format_steps(summary.per_step)]
     return "\n".join(lines)
 
 
@@ -326,7 +331,8 @@ def format_json(summary: Summary) -> dict[str, Any]:
     ``rank``; each phase is one role's (its ``role``), its ``ranks`` keyed by that role's ranks.
     What is not known is null: the breakdown and self times of a process summarised in one pass
     (:mod:`mstx_marks.analysis.stream`). Every phase, however many: the JSON is for programs
-    (the table folds beyond its cut)."""
+    (the table folds beyond its cut). ``per_step`` is where each step's time goes, per process
+    (:func:`~mstx_marks.analysis.rl_steps_text.steps_json`), null when no process has steps."""
     return {
         "roles": summary.roles,
         "ranks": {
@@ -362,4 +368,6 @@ def format_json(summary: Summary) -> dict[str, Any]:
         "other_runs": summary.other_runs,
         "errors": summary.errors,
         "notes": summary.notes,
+        # per step x process: busy, idle, phases; critical path (null: no process has steps)
+        "per_step": None if summary.per_step is None else steps_json(summary.per_step),
     }

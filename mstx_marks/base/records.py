@@ -147,6 +147,11 @@ class RankTrace:
     complete: bool = True
     #: Python thread names by thread id, where known (a Chrome trace's ``thread_name``).
     thread_names: Dict[int, str] = field(default_factory=dict)
+    #: The host the process ran on, and the wall clock less the monotonic one its times were
+    #: placed by, when its file says them (a spill's header): processes of one host can then be
+    #: put on its one monotonic clock (:mod:`mstx_marks.analysis.rl_steps`).
+    host: str = ""
+    anchor_ns: Optional[int] = None
 
     @property
     def member(self) -> Member:

@@ -630,6 +630,9 @@ class _Reader:
         self.role = str(header.get("role") or "")
         self.run = str(header.get("run") or "")
         self.instance = str(header.get("instance") or "")
+        self.host = str(header.get("host") or "")
+        anchor = header.get("anchor_ns")
+        self.anchor_ns = anchor if type(anchor) is int else None
         self.records: list[Record] = []
         #: Where records go: ``records.append``, or a caller's sink (then only open ranges,
         #: few, are held here until the end, to keep each range once: see :func:`_latest`).
@@ -853,6 +856,8 @@ def read_spill(
         role=reader.role,
         run=reader.run,
         instance=reader.instance,
+        host=reader.host,
+        anchor_ns=reader.anchor_ns,
         dropped=reader.dropped,
         skipped=reader.skipped,
         complete=reader.complete,

@@ -50,6 +50,7 @@ from typing import Any, Callable, Iterable, Iterator, NamedTuple
 from mstx_marks.analysis.aggregate import ProcessPart, phase_agg
 from mstx_marks.analysis.mark_pairs import START_SUFFIX, STOP_SUFFIX, pair_marks
 from mstx_marks.analysis.readers.chrome_json import NothingToRead
+from mstx_marks.analysis.spans import spans_of_ranges
 from mstx_marks.analysis.stages import (
     UNCOVERED_DOMAIN,
     UNCOVERED_PREFIX,
@@ -451,6 +452,7 @@ def _aggregate(
             role=db_role(db, tables), pids=frozenset(), source=path, no_mstx=True,
         )  # fmt: skip
         found = _file_steps(db, tables)
+        part.spans = spans_of_ranges([], found) if steps.per_step else None
         return part.set_steps(found).set_breakdown([], merge_spans(s[:2] for s in found))
     names = {i: text(v, "<unnamed>") for i, v in _query(db, "SELECT id, value FROM STRING_IDS")}
 
@@ -542,7 +544,7 @@ def _aggregate(
     found, windows = _steps(db, tables, names, paired, fold, steps)
     lo = min(first.values(), default=None)
     ((n_all,),) = _query(db, f"SELECT COUNT(*) FROM MSTX_EVENTS WHERE eventType IN {_KINDS}")
-    return (
+    part = (
         ProcessPart(
             run=about.run,
             instance=about.instance,
@@ -564,6 +566,9 @@ def _aggregate(
         .set_steps(found)
         .set_breakdown(nested, windows)
     )
+    if steps.per_step:  # (nested now sorted by thread, then start)
+        part.spans = spans_of_ranges(nested, found)
+    return part
 
 
 def _unmarked(db: sqlite3.Connection, names: dict[int, str]) -> list[str]:

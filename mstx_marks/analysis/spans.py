@@ -1,0 +1,493 @@
+"""What one process's ranges cover, per phase, in bounded memory: the input of the per-step
+analysis (:mod:`mstx_marks.analysis.rl_steps`), built where a file is read and merged anywhere.
+
+A :class:`SpanSet` is the union of some ranges as sorted, disjoint spans ``(start, end,
+cover)``: ``cover`` is the time the ranges cover inside the span. While a span is *solid*
+(``cover == end - start``) it is exact; the set stays exact up to :data:`BUILD_LIMIT` spans, and
+past that neighbours separated by the shortest gaps are joined (:meth:`SpanSet.compact`): the
+joined span keeps its exact cover but no longer says where inside it the gaps were. A step
+boundary that later falls inside such a span splits its cover in proportion, which
+:meth:`SpanSet.clip` bounds and reports (``uncertain``). A boundary that falls in a gap, as the
+gaps between an RL job's steps, is exact whatever was joined.
+
+A :class:`ProcessSpans` holds one process's sets: one per phase (the user's stages: not the
+step ranges, which are the frame, nor the frameworks' automatic annotations), the union of all
+(``busy``, made at :meth:`ProcessSpans.finish`), the process's own steps, and its host and
+clock anchor when its file says them. Everything merges (:meth:`ProcessSpans.merge`): the part
+of one file read on one machine, and another's read elsewhere, make the same whole as one read
+of both. :meth:`ProcessSpans.finish` joins spans down to about :data:`SHIP_LIMIT` per process
+(what is sent back from a worker), never across one of the process's own step boundaries
+while it has at most :data:`FENCE_LIMIT` steps: its own steps then stay exact.
+
+>>> s = SpanSet()
+>>> for a, b in [(0, 10), (5, 20), (30, 40)]:
+...     s.add(a, b)
+>>> s.spans(), s.cover_ns
+([(0, 20, 20), (30, 40, 10)], 30)
+>>> s.compact(1)  # one span left (the gap joined: 10): its cover still exact, its gap unplaced
+10
+>>> s.spans()
+[(0, 40, 30)]
+"""
+
+from __future__ import annotations
+
+import heapq
+from array import array
+from bisect import bisect_left, bisect_right
+from dataclasses import dataclass, field
+from itertools import accumulate
+from operator import itemgetter, sub
+from typing import Iterable, NamedTuple, Sequence
+
+from mstx_marks.analysis.steps import Step
+from mstx_marks.base.records import Span
+
+__all__ = [
+    "BUILD_LIMIT",
+    "FENCE_LIMIT",
+    "SHIP_LIMIT",
+    "Clipped",
+    "ProcessSpans",
+    "SpanSet",
+]
+
+#: A set holds at most this many spans while ranges are added (about 1.5 MB); past it, half.
+BUILD_LIMIT = 1 << 16
+#: The spans one process sends back from the worker that read it, all sets together (about
+#: 100 KB), unless its own step boundaries need more (see :data:`FENCE_LIMIT`).
+SHIP_LIMIT = 4096
+#: A process with at most this many steps of its own keeps its sets exact at its step
+#: boundaries (spans never joined across one); one with more may not.
+FENCE_LIMIT = 1024
+#: Ranges added out of order wait in a list of this many, then are folded in at once.
+_BATCH = 8192
+
+
+class Clipped(NamedTuple):
+    """A set's cover inside each of some windows (:meth:`SpanSet.clip`), as arrays: ``cover``
+    per window; ``uncertain`` per window, how far that cover may be off (a joined span cut by
+    the window's edge, its cover split in proportion); ``split`` how many spans were cut by a
+    window's edge; ``outside`` the cover in no window."""
+
+    cover: array[int]
+    uncertain: array[int]
+    split: int
+    outside: int
+
+
+class SpanSet:
+    """The union of ranges as sorted disjoint spans (see the module's docstring)."""
+
+    __slots__ = ("_sums", "covers", "ends", "join_gap", "pending", "slack", "starts")
+
+    def __init__(self) -> None:
+        self.starts: array[int] = array("q")
+        self.ends: array[int] = array("q")
+        self.covers: array[int] = array("q")
+        #: Ranges that came out of order, to fold in (see :meth:`_fold`).
+        self.pending: list[tuple[int, int]] = []
+        #: How far ``cover_ns`` may be off: ranges that overlapped a joined span (rare: a
+        #: range arriving after the spans around it were joined) are counted by estimate.
+        self.slack = 0
+        self._sums: list[int] | None = None  # the covers' running sums, once asked for
+        #: A range this close after the last span is joined to it as it comes (set once the
+        #: set was compacted while ranges were added: it would be joined at the next anyway).
+        self.join_gap = 0
+
+    def add(self, start: int, end: int) -> None:
+        """Cover ``[start, end)`` too (an empty or reversed range covers nothing)."""
+        if end <= start:
+            return
+        ends = self.ends
+        self._sums = None
+        if not ends or start > ends[-1]:  # after every span: the common case
+            if ends and start - ends[-1] <= self.join_gap:  # joined on, as compact() would
+                self.covers[-1] += end - start
+                ends[-1] = end
+                return
+            self.starts.append(start)
+            ends.append(end)
+            self.covers.append(end - start)
+            if len(ends) > BUILD_LIMIT:  # from now on, gaps this short are joined as they come
+                self.join_gap = max(self.join_gap, self.compact(BUILD_LIMIT // 2))
+            return
+        last = self.starts[-1]
+        if start >= last and self.covers[-1] == ends[-1] - last:  # on the last, solid span
+            if end > ends[-1]:
+                self.covers[-1] += end - ends[-1]
+                ends[-1] = end
+            return
+        self.pending.append((start, end))
+        if len(self.pending) >= _BATCH:
+            self._fold()
+
+    def _fold(self) -> None:
+        """Fold the ranges that came out of order into the spans."""
+        if not self.pending:
+            return
+        pending, self.pending = sorted(self.pending), []
+        solid: list[tuple[int, int, int]] = []
+        for s, e in pending:  # their exact union first
+            if solid and s <= solid[-1][1]:
+                if e > solid[-1][1]:
+                    solid[-1] = (solid[-1][0], e, e - solid[-1][0])
+            else:
+                solid.append((s, e, e - s))
+        self._set(*_union([self.spans(), solid], self))
+        if len(self.starts) > BUILD_LIMIT:
+            self.compact(BUILD_LIMIT // 2)
+
+    def _set(self, starts: list[int], ends: list[int], covers: list[int]) -> None:
+        self.starts, self.ends, self.covers = (
+            array("q", starts),
+            array("q", ends),
+            array("q", covers),
+        )
+        self._sums = None
+
+    def _prefix(self) -> list[int]:
+        """The cover before each span (``[0, c0, c0 + c1, ...]``), kept until a change."""
+        if self._sums is None:
+            self._sums = list(accumulate(self.covers, initial=0))
+        return self._sums
+
+    @classmethod
+    def solid(cls, flat: list[int]) -> SpanSet:
+        """The set of the sorted disjoint spans ``[start0, end0, start1, end1, ...]``.
+
+        >>> SpanSet.solid([0, 5, 7, 9]).spans()
+        [(0, 5, 5), (7, 9, 2)]
+        """
+        made = cls()
+        made.starts, made.ends = array("q", flat[0::2]), array("q", flat[1::2])
+        made.covers = array("q", map(sub, made.ends, made.starts))
+        return made
+
+    def spans(self) -> list[tuple[int, int, int]]:
+        """``(start, end, cover)`` of each span, in order (ranges still pending not folded)."""
+        return list(zip(self.starts, self.ends, self.covers))
+
+    def settle(self) -> SpanSet:
+        """Fold in what is pending; returns itself."""
+        self._fold()
+        return self
+
+    def __len__(self) -> int:
+        return len(self.starts) + len(self.pending)
+
+    @property
+    def cover_ns(self) -> int:
+        """The time covered (pending ranges folded first)."""
+        self._fold()
+        return sum(self.covers)
+
+    @property
+    def exact(self) -> bool:
+        """Whether every span is solid and nothing was estimated: each window's cover exact."""
+        self._fold()
+        return not self.slack and all(
+            c == e - s for s, e, c in zip(self.starts, self.ends, self.covers)
+        )
+
+    def merge(self, other: SpanSet) -> SpanSet:
+        """Cover what ``other`` covers too; returns itself."""
+        self._fold()
+        other._fold()
+        self.slack += other.slack
+        self.join_gap = max(self.join_gap, other.join_gap)
+        self._set(*_union([self.spans(), other.spans()], self))
+        return self
+
+    def compact(self, limit: int, fences: Sequence[int] = ()) -> int:
+        """Join neighbouring spans, those with the shortest gaps between them first, until at
+        most ``limit`` are left, never across a time in ``fences`` (sorted): a gap holding
+        one stays (so fewer than ``limit`` may be out of reach). Returns the widest gap
+        joined (0: none)."""
+        self._fold()
+        n = len(self.starts)
+        if n <= max(limit, 1):
+            return 0
+        starts, ends = self.starts, self.ends
+        gaps = list(map(sub, starts[1:], ends[:-1]))  # gaps[i]: after span i (all > 0)
+        for f in fences:
+            i = bisect_right(ends, f) - 1  # the last span ending at or before f
+            if 0 <= i < n - 1 and starts[i + 1] >= f:
+                gaps[i] = -1  # holds a fence: never joined
+        open_gaps: list[int] = sorted(filter((0).__le__, gaps))
+        need = min(n - max(limit, 1), len(open_gaps))
+        if need <= 0:
+            return 0
+        widest = open_gaps[need - 1]  # join every open gap this short or shorter
+        cuts = [i for i, g in enumerate(gaps) if g > widest or g < 0]
+        first, last = [0, *(i + 1 for i in cuts)], [*cuts, n - 1]
+        prefix = self._prefix()
+        self._set(
+            [starts[i] for i in first],
+            [ends[j] for j in last],
+            [prefix[j + 1] - prefix[i] for i, j in zip(first, last)],
+        )
+        return widest
+
+    def clip(self, windows: Sequence[Span]) -> Clipped:
+        """The cover inside each of ``windows`` (sorted, disjoint): see :class:`Clipped`.
+
+        >>> s = SpanSet()
+        >>> s.add(0, 10); s.add(15, 25)
+        >>> c = s.clip([(0, 20), (20, 40)])
+        >>> list(c.cover), list(c.uncertain), c.split, c.outside
+        ([15, 5], [0, 0], 1, 0)
+        """
+        self._fold()
+        cut: set[int] = set()
+        cover, uncertain = array("q"), array("q")
+        for a, b in windows:
+            at_a, doubt_a = self._before(a, cut)
+            at_b, doubt_b = self._before(b, cut)
+            cover.append(min(max(at_b - at_a, 0), b - a))
+            uncertain.append(doubt_a + doubt_b)
+        return Clipped(cover, uncertain, len(cut), max(0, self._prefix()[-1] - sum(cover)))
+
+    def cover_in(self, start: int, end: int) -> int:
+        """The cover inside ``[start, end)`` (see :meth:`clip`).
+
+        >>> s = SpanSet(); s.add(0, 10); s.add(15, 25)
+        >>> s.cover_in(5, 20)
+        10
+        """
+        self._fold()
+        return min(max(self._before(end)[0] - self._before(start)[0], 0), end - start)
+
+    def _before(self, t: int, cut: set[int] | None = None) -> tuple[int, int]:
+        """The cover before ``t``, and how far it may be off (``t`` inside a joined span, whose
+        gaps may lie anywhere in it); the span ``t`` falls strictly inside goes to ``cut``."""
+        starts = self.starts
+        i = bisect_right(starts, t) - 1
+        if i < 0:
+            return 0, 0
+        prefix = self._prefix()
+        s, e = starts[i], self.ends[i]
+        if t >= e:
+            return prefix[i + 1], 0
+        if t > s and cut is not None:
+            cut.add(i)
+        part, span, c = t - s, e - s, self.covers[i]
+        if c == span:
+            return prefix[i] + part, 0
+        least, most = max(0, part - (span - c)), min(c, part)
+        return prefix[i] + min(max((c * part + span // 2) // span, least), most), most - least
+
+    def extent(self, start: int, end: int) -> tuple[int, int] | None:
+        """``(first, last)`` covered time inside ``[start, end)`` (a joined span taken as
+        covering from its start to its end), or None when nothing there is covered.
+
+        >>> s = SpanSet(); s.add(5, 9); s.add(12, 30)
+        >>> s.extent(0, 20), s.extent(9, 12)
+        ((5, 20), None)
+        """
+        self._fold()
+        i = bisect_right(self.ends, start)
+        j = bisect_left(self.starts, end) - 1
+        if i > j:
+            return None
+        return max(self.starts[i], start), min(self.ends[j], end)
+
+
+def _union(
+    lists: Sequence[list[tuple[int, int, int]]], owner: SpanSet
+) -> tuple[list[int], list[int], list[int]]:
+    """The union of sorted lists of disjoint spans, as starts, ends and covers; where a joined
+    span meets another, the cover of the two together is estimated (as if their gaps fell
+    independently) and how far it may be off is added to ``owner.slack``."""
+    out_s: list[int] = []
+    out_e: list[int] = []
+    out_c: list[int] = []
+    merged = heapq.merge(*lists) if len(lists) > 1 else iter(lists[0] if lists else [])
+    for s, e, c in merged:
+        if not out_e or s > out_e[-1]:
+            out_s.append(s)
+            out_e.append(e)
+            out_c.append(c)
+            continue
+        cs, ce, cc = out_s[-1], out_e[-1], out_c[-1]
+        hi = max(ce, e)
+        if cc == ce - cs and c == e - s:  # both solid: exact
+            out_e[-1], out_c[-1] = hi, hi - cs
+            continue
+        overlap = min(ce, e) - s
+        both = overlap * cc * c // ((ce - cs) * (e - s) or 1)
+        least, most = max(cc, c), min(cc + c, hi - cs)
+        out_e[-1], out_c[-1] = hi, min(max(cc + c - both, least), most)
+        owner.slack += most - least
+    return out_s, out_e, out_c
+
+
+@dataclass
+class ProcessSpans:
+    """One process's sets (see the module's docstring): :meth:`add` each of its phase ranges,
+    give its own steps (:meth:`set_steps`), then :meth:`finish`; :meth:`merge` another part of
+    the same process (or of another process of the same role and rank, summed as one).
+
+    >>> p = ProcessSpans(host="h1")
+    >>> p.add(0, 40, "gen"); p.add(50, 90, "update_actor"); p.add(60, 70, "update_actor")
+    >>> p.set_steps([Step(0, 100, "1", 100)])
+    >>> done = p.finish()
+    >>> done.busy.spans(), sorted(done.phases), done.steps()
+    ([(0, 40, 40), (50, 90, 40)], ['gen', 'update_actor'], [(0, 100, '1')])
+    """
+
+    phases: dict[str, SpanSet] = field(default_factory=dict)
+    #: The union of every phase's spans: made by :meth:`finish`.
+    busy: SpanSet = field(default_factory=SpanSet)
+    #: The process's own steps: their starts, ends and keys (None: numbered 1, 2, ...).
+    step_starts: array[int] = field(default_factory=lambda: array("q"))
+    step_ends: array[int] = field(default_factory=lambda: array("q"))
+    step_keys: list[str] | None = None
+    #: The host the process ran on and the wall clock less the monotonic one its times were
+    #: placed by, when its file says them (a spill's header); else ``""`` and None.
+    host: str = ""
+    anchor_ns: int | None = None
+
+    def add(self, start: int, end: int, phase: str) -> None:
+        """Count one range of ``phase`` (a stage: not a step, not an automatic annotation)."""
+        spans = self.phases.get(phase)
+        if spans is None:
+            spans = self.phases[phase] = SpanSet()
+        spans.add(start, end)
+
+    def set_steps(self, steps: Iterable[Step]) -> None:
+        """The process's own steps (as :func:`~mstx_marks.analysis.steps.find_steps` finds
+        them), in place of any given before."""
+        self.step_starts, self.step_ends = array("q"), array("q")
+        keys = []
+        for s in steps:
+            self.step_starts.append(s.start_ns)
+            self.step_ends.append(s.end_ns)
+            keys.append(s.key)
+        ordinal = all(k == str(i) for i, k in enumerate(keys, start=1))
+        self.step_keys = None if ordinal else keys
+
+    def set_step_spans(self, starts: Iterable[int], ends: Iterable[int]) -> None:
+        """The process's own steps as their spans alone, numbered 1, 2, ... in start order
+        (held as arrays: a loop marked per iteration may have millions)."""
+        s, e = array("q", starts), array("q", ends)
+        if any(s[i] > s[i + 1] for i in range(len(s) - 1)):
+            order = sorted(range(len(s)), key=lambda i: (s[i], e[i]))
+            s, e = array("q", (s[i] for i in order)), array("q", (e[i] for i in order))
+        self.step_starts, self.step_ends, self.step_keys = s, e, None
+
+    def step_key(self, i: int) -> str:
+        """The key of own step ``i`` (in start order)."""
+        return self.step_keys[i] if self.step_keys is not None else str(i + 1)
+
+    def step_index(self, key: str) -> int | None:
+        """Which own step has ``key`` (None: none); see ``step_keys`` for keyed steps, whose
+        index this searches."""
+        if self.step_keys is not None:
+            return self.step_keys.index(key) if key in self.step_keys else None
+        i = int(key) - 1 if key.isdigit() else -1
+        return i if 0 <= i < len(self.step_starts) else None
+
+    def step_windows(self) -> array[int]:
+        """The own steps' ends, each cut at the next step's start (a keyed step in pieces may
+        overlap the next; the windows a process's time is attributed to never do)."""
+        starts, ends = self.step_starts, array("q", self.step_ends)
+        for i in range(len(ends) - 1):
+            if ends[i] > starts[i + 1]:
+                ends[i] = max(starts[i], starts[i + 1])
+        return ends
+
+    def steps(self) -> list[tuple[int, int, str]]:
+        """``(start, end, key)`` of each own step."""
+        return [
+            (s, e, self.step_key(i))
+            for i, (s, e) in enumerate(zip(self.step_starts, self.step_ends))
+        ]
+
+    def merge(self, other: ProcessSpans) -> ProcessSpans:
+        """Add ``other``'s ranges and steps to these (both finished or both not); returns
+        itself."""
+        for name, spans in other.phases.items():
+            mine = self.phases.get(name)
+            self.phases[name] = spans if mine is None else mine.merge(spans)
+        self.busy.merge(other.busy)
+        if len(other.step_starts):
+            steps = {(s, e): k for s, e, k in [*self.steps(), *other.steps()]}
+            ordered = sorted(steps)
+            keyed = self.step_keys is not None or other.step_keys is not None
+            self.set_steps(
+                Step(s, e, steps[(s, e)] if keyed else str(i), e - s)
+                for i, (s, e) in enumerate(ordered, start=1)
+            )
+        self.host = self.host or other.host
+        if self.anchor_ns is None:
+            self.anchor_ns = other.anchor_ns
+        return self
+
+    def finish(self, limit: int = SHIP_LIMIT) -> ProcessSpans:
+        """Fold, make ``busy`` (the union of the phases) and join spans down to about
+        ``limit`` in all (see the module's docstring); returns itself."""
+        fences: list[int] = []
+        if len(self.step_starts) <= FENCE_LIMIT:
+            fences = sorted({*self.step_starts, *self.step_ends})
+        phases = [s.settle() for s in self.phases.values()]
+        if phases and not len(self.busy.settle()):  # (spans_of_ranges made it already)
+            # Their union, once each is within its share: exact while they are whole, an
+            # estimate (with its slack) when they were joined to fit.
+            _compact_all(phases, limit, fences)
+            busy = self.busy = SpanSet()
+            busy._set(*_union([s.spans() for s in phases], busy))
+            busy.slack += sum(s.slack for s in phases)
+        _compact_all([self.busy, *phases], limit, fences)
+        return self
+
+    @property
+    def span_count(self) -> int:
+        """The spans held, all sets together."""
+        return len(self.busy) + sum(len(s) for s in self.phases.values())
+
+
+def _compact_all(sets: list[SpanSet], limit: int, fences: Sequence[int]) -> None:
+    """Join spans until the sets hold about ``limit`` together, each its share (by size)."""
+    total = sum(len(s) for s in sets) or 1
+    if total > limit:
+        for s in sets:
+            s.compact(max(64, limit * len(s) // total), fences)
+
+
+def spans_of_ranges(
+    ranges: Iterable[tuple[object, int, int, str]],
+    steps: Iterable[Step],
+    host: str = "",
+    anchor_ns: int | None = None,
+) -> ProcessSpans:
+    """The finished :class:`ProcessSpans` of a process's phase ranges given as the breakdown
+    takes them, ``(thread, start, -end, phase)`` (see
+    :func:`~mstx_marks.analysis.aggregate.breakdown`), and its own ``steps``.
+
+    >>> p = spans_of_ranges([(1, 0, -10, "gen"), (1, 2, -5, "x")], [])
+    >>> p.busy.spans(), p.phases["x"].spans()
+    ([(0, 10, 10)], [(2, 5, 3)])
+    """
+    found = ProcessSpans(host=host, anchor_ns=anchor_ns)
+    busy: list[int] = []  # [start0, end0, start1, end1, ...], the last span still growing
+    flats: dict[str, list[int]] = {}  # the same per phase
+    for _, s, neg_end, phase in sorted(ranges, key=itemgetter(1)):  # one pass, in start order
+        e = -neg_end
+        if e <= s:
+            continue
+        if not busy or s > busy[-1]:
+            busy += (s, e)
+        elif e > busy[-1]:
+            busy[-1] = e
+        flat = flats.get(phase)
+        if flat is None:
+            flats[phase] = [s, e]
+        elif s > flat[-1]:
+            flat += (s, e)
+        elif e > flat[-1]:
+            flat[-1] = e
+    found.phases = {phase: SpanSet.solid(flat) for phase, flat in flats.items()}
+    found.busy = SpanSet.solid(busy)
+    found.set_steps(steps)
+    return found.finish()
