@@ -118,7 +118,7 @@ def test_cli_table_csv_json_and_exit_codes(
         export_rank(tmp_path, synthetic_rank(rank, slow=50 * rank))
     assert cli_main(["summary", str(tmp_path)]) == 0
     table = capsys.readouterr().out
-    assert "update_actor" in table and "(rank 1)" in table and "2 rank(s)" in table
+    assert "update_actor" in table and "(rank 1)" in table and "2 ranks;" in table
 
     assert cli_main(["summary", str(tmp_path), "--csv"]) == 0
     rows = capsys.readouterr().out.splitlines()
@@ -156,7 +156,7 @@ def test_a_rank_in_a_database_and_an_equal_chrome_trace_needs_no_note(
     write_chrome_trace(tmp_path / "trace.json", [synthetic_rank(0), synthetic_rank(1)])
     assert cli_main(["summary", str(tmp_path)]) == 0
     out, err = capsys.readouterr()
-    assert "2 rank(s)" in out and _notes(err) == []
+    assert "2 ranks;" in out and _notes(err) == []
 
 
 def test_ranks_whose_files_disagree_get_one_note_in_all(

@@ -23,6 +23,7 @@ from mstx_marks.analysis.quantiles import RELATIVE_ERROR
 from mstx_marks.analysis.rl_steps_text import format_steps, steps_json
 from mstx_marks.analysis.steps import default_steps
 from mstx_marks.analysis.top_phases import MAX_PHASES, OtherPhases, top_phases
+from mstx_marks.base.diagnostics import counted
 from mstx_marks.base.records import Member
 
 __all__ = ["format_csv", "format_json", "format_table", "printable", "run_line"]
@@ -65,15 +66,11 @@ def _steps_phrase(summary: Summary, member: Member) -> str:
     count = summary.step_count[member]
     if not count:  # the shares are then of the whole recorded span: say so
         return f"rank {member.rank}: no steps, span {_ms(summary.step_time_ns[member])} ms"
-    text = f"rank {member.rank}: {_count(count, 'step')}"
+    text = f"rank {member.rank}: {counted(count, 'step')}"
     if keys:
         shown = ", ".join(printable(k) for k in keys[:4]) + (", ..." if len(keys) > 4 else "")
         text += f" ({shown})"
     return text + f", {_ms(summary.step_time_ns[member])} ms"
-
-
-def _count(n: int, word: str) -> str:
-    return f"{n} {word}" + ("" if n == 1 else "s")
 
 
 _HEAD = ("rank", "count", "total ms", "mean ms", "p50 ms", "p90 ms", "max ms", "step %", "self %")
@@ -255,7 +252,7 @@ def format_table(summary: Summary, max_phases: int | None = MAX_PHASES) -> str:
     if roles in ([], [""]):  # no process has a role: one table, as by rank alone
         members = summary.members()
         lines = [
-            f"{len(members)} rank(s); steps and step time: "
+            f"{counted(len(members), 'rank')}; steps and step time: "
             + ", ".join(_steps_phrase(summary, m) for m in members),
             header,
         ]
@@ -266,9 +263,9 @@ def format_table(summary: Summary, max_phases: int | None = MAX_PHASES) -> str:
     else:
         members = summary.members()
         lines = [
-            f"{len(roles)} roles, {len(members)} processes: "
+            f"{counted(len(roles), 'role')}, {counted(len(members), 'process', 'processes')}: "
             + ", ".join(
-                f"{printable(role) or '(no role)'} ({_count(len(summary.members(role)), 'rank')})"
+                f"{printable(role) or '(no role)'} ({counted(len(summary.members(role)), 'rank')})"
                 for role in roles
             )
         ]
