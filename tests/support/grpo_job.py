@@ -5,18 +5,22 @@ minutes, see engine_venvs.py) with this repository (editable, ``--no-deps``: its
 and the CPU test plugins (``tests/support/cpu_plugins``: editable, plus the metadata-only
 ``vllm`` alias) installed; it skips the test when that cannot be done.
 
-``launch()`` runs ``tests/engines/verl_grpo.py`` (the job, bounded, cleaned up after) and returns
-what it reported and printed. ``metric_lines()`` parses verl's console logger lines
+``launch()`` runs ``tests/engines/verl_grpo.py`` (the job, bounded, cleaned up after; another
+runner of tests/engines sharing its verl_job.py, e.g. ``verl_one_step_off.py``, when named) and
+returns what it reported and printed. ``metric_lines()`` parses verl's console logger lines
 (``step:1 - key:value - ...``). What mstx_marks wrote is read through its CLI
 (``summary --json``, ``coverage``) and, for the per-process view, by ``process_ranges()``: the
-one place that reads spill files directly.
+one place that reads spill files directly. ``marked_run()`` is one marked run of a runner with
+its processes read back (the asynchronous modes' tests share one each).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
+import shutil
 import statistics
 import subprocess
 import time
@@ -30,6 +34,8 @@ import pytest
 from . import engine_venvs
 from .engine_run import clean_env, run_scenario, venv_python
 
+#: The presets a marked run arms (``MSTX_MARKS_INSTRUMENT``).
+INSTRUMENT = "verl,vllm"
 PLUGINS = Path(__file__).resolve().parent / "cpu_plugins"
 VLLM_ALIAS = PLUGINS / "vllm_alias"
 GRPO_SUPPORT = Path(__file__).resolve().parent / "grpo"
@@ -102,8 +108,15 @@ class Job:
         return statistics.median(self.step_times())
 
 
-def launch(python: Path, where: Path, settings: Optional[dict[str, str]], timeout: float) -> Job:
-    """Run the job in ``where``; ``settings`` (MSTX_MARKS_*) go into its environment."""
+def launch(
+    python: Path,
+    where: Path,
+    settings: Optional[dict[str, str]],
+    timeout: float,
+    runner: str = "verl_grpo.py",
+) -> Job:
+    """Run the job of ``tests/engines/<runner>`` in ``where``; ``settings`` (MSTX_MARKS_*) go
+    into its environment."""
     result = where / "result.json"
     env = clean_env()
     out = None
@@ -112,7 +125,7 @@ def launch(python: Path, where: Path, settings: Optional[dict[str, str]], timeou
         out = Path(settings["MSTX_MARKS_OUT"]) if "MSTX_MARKS_OUT" in settings else None
     started = time.monotonic()
     run_scenario(
-        python, "verl_grpo.py", [where / "work", result, timeout], env,
+        python, runner, [where / "work", result, timeout], env,
         timeout=timeout + 90, cwd=where,
     )  # fmt: skip
     wall = time.monotonic() - started
@@ -152,13 +165,17 @@ def cli(python: Path, *args: object, timeout: float = 120) -> subprocess.Complet
 
 @dataclass
 class ProcessRanges:
-    """One process's spill file: its pid, the role it said, and its range names counted."""
+    """One process's spill file: its pid, the role it said, its range names counted, each
+    range's ``(start_ns, end_ns)`` by name (on the wall clock: comparable across the processes
+    of one host, in order of start), and whether the file ends with its writer's final write."""
 
     pid: int
     role: str
     rank: int
     names: Counter[str]
     file: Path
+    spans: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
+    complete: bool = True
 
 
 def process_ranges(python: Path, out: Path) -> list[ProcessRanges]:
@@ -171,11 +188,13 @@ def process_ranges(python: Path, out: Path) -> list[ProcessRanges]:
         "for path in sorted(pathlib.Path(sys.argv[1]).glob('spill/*.jsonl')):\n"
         "    t = read_spill(path)\n"
         "    pids = sorted({r.pid for r in t.records})\n"
-        "    names = {}\n"
+        "    names, spans = {}, {}\n"
         "    for r in t.records:\n"
         "        names[r.name] = names.get(r.name, 0) + 1\n"
+        "        if r.kind == 'range':\n"
+        "            spans.setdefault(r.name, []).append((r.start_ns, r.end_ns))\n"
         "    rows.append(dict(file=str(path), pids=pids, role=t.role or '', rank=t.rank,"
-        " names=names))\n"
+        " names=names, spans=spans, complete=t.complete))\n"
         "print(json.dumps(rows))\n"
     )
     done = subprocess.run(
@@ -189,7 +208,60 @@ def process_ranges(python: Path, out: Path) -> list[ProcessRanges]:
 def _process(row: dict[str, Any]) -> ProcessRanges:
     file = Path(row["file"])
     pids = row["pids"] or [int(file.stem.rsplit("-", 1)[1])]
+    spans = {name: sorted((int(a), int(b)) for a, b in s) for name, s in row["spans"].items()}
     return ProcessRanges(
         pid=int(pids[0]), role=row["role"], rank=int(row["rank"]), names=Counter(row["names"]),
-        file=file,
+        file=file, spans=spans, complete=bool(row["complete"]),
     )  # fmt: skip
+
+
+def overlap_ns(a: tuple[int, int], b: tuple[int, int]) -> int:
+    """How many nanoseconds two ``(start_ns, end_ns)`` spans share."""
+    return max(0, min(a[1], b[1]) - max(a[0], b[0]))
+
+
+def run_folder(factory: pytest.TempPathFactory, name: str) -> Path:
+    """A fresh folder for one run: ``$GRPO_TEST_DIR/<name>`` when set (kept afterwards), else
+    a pytest temporary folder."""
+    kept = os.environ.get("GRPO_TEST_DIR")
+    if not kept:
+        return factory.mktemp(name)
+    path = Path(kept) / name
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True)
+    return path
+
+
+@dataclass
+class MarkedRun:
+    """A run marked from the environment alone (:data:`INSTRUMENT`, ``MSTX_MARKS_OUT``), and the
+    spills its processes wrote."""
+
+    python: Path
+    job: Job
+    processes: list[ProcessRanges]
+
+    @property
+    def out(self) -> Path:
+        assert self.job.out is not None
+        return self.job.out
+
+    def one(self, role: str) -> ProcessRanges:
+        """The one process whose spill's role names ``role`` (a Ray actor class, a vLLM
+        process)."""
+        found = [p for p in self.processes if role in p.role]
+        listed = {p.pid: (p.role, dict(p.names)) for p in self.processes}
+        assert len(found) == 1, f"one {role} process among the spills: {listed}"
+        return found[0]
+
+
+def marked_run(
+    factory: pytest.TempPathFactory, name: str, runner: str, timeout: float
+) -> MarkedRun:
+    """Run ``tests/engines/<runner>`` once, marked, in :func:`run_folder` ``name``."""
+    python = grpo_python()
+    where = run_folder(factory, name)
+    settings = {"MSTX_MARKS_INSTRUMENT": INSTRUMENT, "MSTX_MARKS_OUT": str(where / "out")}
+    job = launch(python, where, settings, timeout, runner=runner)
+    spilled = job.out is not None and (job.out / "spill").is_dir()
+    return MarkedRun(python, job, process_ranges(python, where / "out") if spilled else [])
