@@ -3,17 +3,14 @@ loaded from a file, rendered without console errors, and screenshotted."""
 
 from __future__ import annotations
 
-import html
 import json
-import os
 import re
-import shutil
 import struct
-import subprocess
 import zlib
 from pathlib import Path
 
 import pytest
+from support.chromium import page_errors, rendered, run_chromium
 from support.recorded import PID, T0, TID, rng, synthetic_rank
 
 from mstx_marks.analysis.report_html import MIN_BAR_PX, render_html, report_data
@@ -21,16 +18,6 @@ from mstx_marks.analysis.summary import summarize
 from mstx_marks.base.records import RangeRecord
 from mstx_marks.cli.main import main as cli_main
 from mstx_marks.export import RankTrace, export_rank
-
-
-def _chromium() -> str:
-    """Chromium's path; a skip outside CI when it is missing, a failure inside CI."""
-    found = shutil.which("chromium") or shutil.which("chromium-browser")
-    if found is None:
-        if os.environ.get("CI"):
-            pytest.fail("chromium is not installed, and CI must run this test (see .ci/run)")
-        pytest.skip("needs headless chromium (apt-get install -y chromium)")
-    return found
 
 
 def _traces() -> list[RankTrace]:
@@ -53,7 +40,8 @@ def _data(page: str) -> dict[str, object]:
 
 def test_the_page_holds_everything_and_fetches_nothing() -> None:
     traces = _traces()
-    page = render_html(traces, summarize(traces))
+    summary = summarize(traces)
+    page = render_html(traces, summary)
     assert not re.search(r"(src|href)\s*=|https?://|@import|fetch\(", page)
     assert "<b>x</b>" not in page  # a name or arg can never become markup
     data = _data(page)
@@ -69,7 +57,11 @@ def test_the_page_holds_everything_and_fetches_nothing() -> None:
     assert any(b[5] == 1 for b in bars)  # the open range is flagged
     phases = {p["name"]: p for p in data["phases"]}  # type: ignore[union-attr]
     assert phases["update_actor"]["slowest"] == 1
-    assert len(data["steps"]) == 6  # type: ignore[arg-type]
+    # the job's steps: the per-step model's (its reference's), not found again
+    model = summary.per_step
+    assert model is not None
+    start = [round((s.start_ns - data["origin_ns"]) / 1000, 3) for s in model.steps]  # type: ignore[operator]
+    assert data["steps"] == [list(x) for x in zip(start, ["1", "2", "3"])]
     groups = data["groups"]
     assert [(g["rank"], g["role"]) for g in groups] == [(0, ""), (1, "rollout")]  # type: ignore[index,union-attr]
 
@@ -123,39 +115,6 @@ def _png_pixels(path: Path) -> tuple[int, int, list[bytes]]:
     return width, bpp, rows
 
 
-#: Headless Chromium as the tests run it: a fixed window, and time to run the page's scripts.
-FLAGS = ["--headless", "--disable-gpu", "--no-sandbox", "--hide-scrollbars",
-         "--window-size=1400,900", "--virtual-time-budget=3000"]  # fmt: skip
-
-
-def _run_chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    chromium = _chromium()
-    home = tmp_path / "home"  # chromium writes its profile there, not in the user's home
-    return subprocess.run(
-        [chromium, *FLAGS, "--enable-logging=stderr", "--v=0", *args],
-        capture_output=True, text=True, timeout=120, env={**os.environ, "HOME": str(home)},
-    )  # fmt: skip
-
-
-def _page_errors(dom: str) -> str | None:
-    """What the page's error catcher (report/errors.js) noted: uncaught errors (a script's
-    syntax error too), rejected promises, console.error; None when nothing."""
-    m = re.search(r'<html[^>]*data-errors="([^"]*)"', dom)
-    return None if m is None else html.unescape(m.group(1))
-
-
-def _rendered(page: Path, tmp_path: Path) -> str:
-    """The DOM of ``page`` once its scripts ran in headless Chromium, which must have rendered
-    it whole with no error caught and none on the console."""
-    run = _run_chromium(tmp_path, "--dump-dom", page.as_uri())
-    assert run.returncode == 0, run.stderr[-2000:]
-    assert 'data-rendered="ok"' in run.stdout, run.stderr[-2000:]
-    assert _page_errors(run.stdout) is None, _page_errors(run.stdout)
-    console = [line for line in run.stderr.splitlines() if "CONSOLE" in line]
-    assert not [line for line in console if "Uncaught" in line or "rror" in line], console
-    return run.stdout
-
-
 def test_the_error_catcher_notes_every_kind_of_script_failure(tmp_path: Path) -> None:
     """The checks of the Chromium tests can fail: a page with a script error, a syntax error,
     a rejected promise or a console.error is caught (and a clean page is not)."""
@@ -163,7 +122,7 @@ def test_the_error_catcher_notes_every_kind_of_script_failure(tmp_path: Path) ->
     page = render_html(traces, summarize(traces))
     clean = tmp_path / "clean.html"
     clean.write_text(page)
-    assert _page_errors(_rendered(clean, tmp_path)) is None
+    assert page_errors(rendered(clean, tmp_path)) is None
     for bad, said in [
         ("null.x()", "null"),
         ("const = ;", "SyntaxError"),
@@ -172,8 +131,8 @@ def test_the_error_catcher_notes_every_kind_of_script_failure(tmp_path: Path) ->
     ]:
         broken = tmp_path / "broken.html"
         broken.write_text(page.replace("</body>", f"<script>{bad}</script></body>"))
-        run = _run_chromium(tmp_path, "--dump-dom", broken.as_uri())
-        assert said in (_page_errors(run.stdout) or ""), (bad, run.stdout[-500:])
+        run = run_chromium(tmp_path, "--dump-dom", broken.as_uri())
+        assert said in (page_errors(run.stdout) or ""), (bad, run.stdout[-500:])
 
 
 def test_the_report_renders_in_headless_chromium(
@@ -186,7 +145,7 @@ def test_the_report_renders_in_headless_chromium(
     report = tmp_path / "report.html"
     assert cli_main(["summary", str(tmp_path / "run"), "--html", str(report)]) == 0
     assert f"html: {report}" in capsys.readouterr().err
-    dom = _rendered(report, tmp_path)
+    dom = rendered(report, tmp_path)
     drawn = re.search(r'data-drawn="(\d+)"', dom)
     assert drawn and int(drawn.group(1)) > 20
     assert dom.count("<th ") + dom.count("<th>") >= 10  # the table was built
@@ -195,7 +154,7 @@ def test_the_report_renders_in_headless_chromium(
     assert "(unmarked)" in dom and "self %" in dom
 
     png = tmp_path / "report.png"
-    shot = _run_chromium(tmp_path, f"--screenshot={png}", report.as_uri())
+    shot = run_chromium(tmp_path, f"--screenshot={png}", report.as_uri())
     assert shot.returncode == 0 and png.is_file(), shot.stderr[-2000:]
     width, bpp, rows = _png_pixels(png)
     assert width == 1400 and len(rows) == 900
@@ -218,7 +177,7 @@ def test_a_page_of_folded_phases_renders_its_legend_and_table_in_chromium(
     trace.records += [rng(f"op_{i}", 3100 + 10 * i, 3105 + 10 * i) for i in range(30)]
     page = tmp_path / "report.html"
     page.write_text(render_html([trace], summarize([trace]), max_phases=5))
-    dom = _rendered(page, tmp_path)
+    dom = rendered(page, tmp_path)
     legend = re.search(r"<div class=\"legend\" id=\"legend\">(.*?)</div>", dom, re.S)
     # the 5 longest, the step, the instant, the others
     assert legend and legend.group(1).count("<span>") == 5 + 1 + 1 + 1

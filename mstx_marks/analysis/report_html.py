@@ -11,11 +11,23 @@ holds:
   labels it scrolls the lanes), dragging pans, the buttons zoom, double-click resets. A bar is
   at least :data:`MIN_BAR_PX` wide, so a phase far shorter than a pixel still shows; hovering
   gives its true duration, name, role, rank, thread, start and ``args``. Instants are marked by
-  triangles (hover: name, time, ``args``). Steps are dashed lines labelled with their key. Each
+  triangles (hover: name, time, ``args``). The job's steps are dashed lines labelled with
+  their key: the summary's per-step model's (:mod:`~mstx_marks.analysis.rl_steps`, never found
+  again here), whose clock alignment places every process (each moved by its shift). Each
   phase has one colour in every report and in the SVG timeline (:func:`phase_color`, from
   the name: :mod:`~mstx_marks.analysis.colors`). Beyond
   :data:`MAX_BARS` ranges only the longest are drawn (the page says how many were left out;
   the table still counts them all).
+- **the pipeline view**, beside it: the per-step model as a picture (an SVG), one lane per
+  process (role x rank; the loop role first), each step a column band as wide as the step is
+  long, a header with its key and length. Per lane and step, its busy time (coloured by its
+  phase of most time, split into its phases when they ran one at a time) then its bubble
+  (idle: hatched), packed from the step's start: the model keeps how much, not where. A
+  critical-path row draws the step's path at its times, and a red tick marks in its lane the end
+  of the work of each process the path waited for; the rank the step's what-if names (the
+  slowest of its role in the phase with the most to gain: the long tail) is outlined red and
+  its label flagged. Hover for the figures; eight steps at a time, buttons page through them.
+  Every figure is the model's (:func:`pipeline_data`): the page only places them.
 - **the per-phase table**: per phase its row across ranks and a row per rank (click the phase to
   fold them), inclusive step %, self time and self %, an ``(unmarked)`` row per role, and a
   note saying why the shares may pass 100 % (click a heading to sort by it). Each role's
@@ -51,8 +63,10 @@ from typing import Any, Sequence
 from mstx_marks.analysis.aggregate import PhaseSummary, Stats, Summary
 from mstx_marks.analysis.colors import OTHER_COLOR, PHASE_COLORS, phase_color
 from mstx_marks.analysis.mark_pairs import pair_marks
+from mstx_marks.analysis.rl_steps import StepAnalysis
+from mstx_marks.analysis.rl_steps_text import steps_json
 from mstx_marks.analysis.stages import range_name
-from mstx_marks.analysis.steps import StepOptions, find_steps, fold_name
+from mstx_marks.analysis.steps import StepOptions, fold_name
 from mstx_marks.analysis.summary_text import cut, run_line
 from mstx_marks.analysis.timeline import assign_lanes
 from mstx_marks.analysis.top_phases import MAX_PHASES, OtherPhases, top_phases
@@ -163,19 +177,68 @@ def _drawn_name(r: Record) -> str:
     return fold_name(r.name)
 
 
+def pipeline_data(model: StepAnalysis | None, origin_ns: int = 0) -> dict[str, Any] | None:
+    """What the pipeline view draws: the per-step model in its one JSON form
+    (:func:`~mstx_marks.analysis.rl_steps_text.steps_json`, as ``summary --json`` writes it)
+    with its times (the steps' and their critical paths') less ``origin_ns``: JavaScript reads
+    numbers as doubles, which hold an epoch in ns to 256 ns only, a time since the run's start
+    exactly. Then the order of its lanes (indices into its ``processes``: by role as
+    :meth:`~mstx_marks.analysis.rl_steps.StepAnalysis.roles` orders them, the loop role first,
+    then by rank) and each phase's colour; None without a model.
+
+    >>> from mstx_marks.analysis.rl_steps import analyse
+    >>> from mstx_marks.analysis.spans import ProcessSpans
+    >>> from mstx_marks.analysis.steps import Step
+    >>> from mstx_marks.base.records import Member
+    >>> t = ProcessSpans(); t.add(100, 140, "gen"); t.set_steps([Step(100, 150, "1", 50)])
+    >>> w = ProcessSpans(); w.add(105, 135, "gen")
+    >>> view = pipeline_data(analyse([(Member("a_worker", 0), w.finish()),
+    ...                               (Member("trainer", 0), t.finish())]), origin_ns=100)
+    >>> view["lanes"], view["model"]["processes"][1]["idle_ns"], view["colors"]["gen"][0]
+    ([1, 0], [10], '#')
+    >>> step = view["model"]["steps"][0]
+    >>> step["start_ns"], step["end_ns"], step["critical_path"][0]["waited"]["end_ns"]
+    (0, 50, 35)
+    """
+    if model is None:
+        return None
+    lanes = [
+        i for role in model.roles() for i, p in enumerate(model.processes) if p.member.role == role
+    ]
+    names = {name for p in model.processes for name in p.phases}
+    names |= {link.phase for step in model.steps for link in step.path}
+    doc = steps_json(model)
+    for step in doc["steps"]:
+        for timed in [step, *step["critical_path"]]:
+            timed["start_ns"] -= origin_ns
+            timed["end_ns"] -= origin_ns
+            if timed.get("waited"):
+                timed["waited"]["end_ns"] -= origin_ns
+    return {
+        "model": doc,
+        "origin_ns": origin_ns,
+        "lanes": lanes,
+        "colors": {name: phase_color(name) for name in sorted(names)},
+    }
+
+
 def report_data(
     traces: Sequence[RankTrace],
     summary: Summary,
-    steps: StepOptions | None = None,
     max_phases: int | None = MAX_PHASES,
 ) -> dict[str, Any]:
-    """What the page draws, as plain JSON data (times in microseconds from ``origin_ns``);
-    ``steps`` says how steps are found (:mod:`mstx_marks.analysis.steps`).
+    """What the page draws, as plain JSON data (times in microseconds from ``origin_ns``, on
+    the axis the summary's per-step model put the processes on: each moved by its clock
+    shift, :class:`~mstx_marks.analysis.rl_steps.ClockNote`).
 
     ``groups`` are the lane groups, one per role and rank (a header lane, then each thread's
     lanes); ``bars`` are ``[lane, start, duration, name, args, open, raw name or 0]`` and
     ``marks`` (instants) ``[lane, time, name, args, raw name or 0]``, ``name`` an index into
     ``names``, ``args`` into ``args`` (-1: none).
+
+    ``steps`` are the job's steps, ``[start, key]``, and ``pipeline`` the per-step model (see
+    :func:`pipeline_data`): both the summary's own (``summary.per_step``), never found again
+    here; with no model (no process has steps), there are none.
 
     ``phases`` (the table) are each role's ``max_phases`` phases of most time, ``others`` a row
     per role for the rest (:mod:`~mstx_marks.analysis.top_phases`; ``None``: every phase). The
@@ -192,6 +255,8 @@ def report_data(
     (['op6', 'op7', 'op8'], 3)
     """
     traces = sorted(traces, key=lambda t: t.member)
+    model = summary.per_step
+    shifts = {} if model is None else model.clock.shifts_ns
     paired = [(t, pair_marks(t.records)) for t in traces]
     every = [(t, r) for t, recs in paired for r in recs if isinstance(r, RangeRecord)]
     left_out = max(0, len(every) - MAX_BARS)
@@ -199,9 +264,10 @@ def report_data(
         every = sorted(every, key=lambda tr: tr[1].end_ns - tr[1].start_ns)[left_out:]
     instants = [(t, r) for t, recs in paired for r in recs if isinstance(r, InstantRecord)]
     instants = instants[:MAX_MARKS]
-    times = [r.start_ns for _, r in every] + [r.start_ns for _, r in instants]
+    drawn: list[tuple[RankTrace, Record]] = [*every, *instants]
+    times = [r.start_ns + shifts.get(t.member, 0) for t, r in drawn]
     origin = min(times, default=0)
-    end = max([r.end_ns for _, r in every] + [r.start_ns for _, r in instants], default=origin)
+    end = max([r.end_ns + shifts.get(t.member, 0) for t, r in every] + times, default=origin)
     shown, others = top_phases(summary, max_phases)
     coloured = _coloured([*every, *instants], shown, max_phases)
     names: dict[str, int] = {}  # by first drawn, as named here; numbered below
@@ -214,7 +280,6 @@ def report_data(
         return args.setdefault(text, len(args))
 
     by_member: dict[Any, dict[tuple[int, int], list[Record]]] = {}
-    drawn: list[tuple[RankTrace, Record]] = [*every, *instants]
     for t, r in drawn:
         by_member.setdefault(t.member, {}).setdefault((r.pid, r.thread), []).append(r)
     thread_names = {t.member: t.thread_names for t in traces}
@@ -223,6 +288,7 @@ def report_data(
     marks: list[list[Any]] = []
     lane = 0
     for member, threads in sorted(by_member.items()):
+        at = origin - shifts.get(member, 0)  # its times less this: on the page's axis
         top = lane
         lane += 1  # the group's header lane: its name and step labels
         pids = {pid for pid, _ in threads}
@@ -238,7 +304,7 @@ def report_data(
                 name = fold_name(range_name(r.name, r.domain))
                 bars.append([
                     lane + d,
-                    round((r.start_ns - origin) / 1000, 3),
+                    round((r.start_ns - at) / 1000, 3),
                     round((r.end_ns - r.start_ns) / 1000, 3),
                     names.setdefault(name, len(names)),
                     arg_index(r),
@@ -249,7 +315,7 @@ def report_data(
                 if isinstance(r, InstantRecord):
                     name = fold_name(r.name)
                     marks.append([
-                        lane, round((r.start_ns - origin) / 1000, 3),
+                        lane, round((r.start_ns - at) / 1000, 3),
                         names.setdefault(name, len(names)), arg_index(r),
                         r.name if r.name != name else 0,
                     ])  # fmt: skip
@@ -267,10 +333,8 @@ def report_data(
     for mark in marks:
         mark[2] = index[mark[2]]
     n_coloured = len(order) if coloured is None else sum(n in coloured for n in order)
-    step_marks = []
-    for t in traces:
-        for s in find_steps(t, steps):
-            step_marks.append([t.rank, round((s.start_ns - origin) / 1000, 3), s.key, t.role])
+    job_steps = [] if model is None else model.steps
+    step_marks = [[round((s.start_ns - origin) / 1000, 3), s.key] for s in job_steps]
     phases = []
     for p in shown:
         o = p.overall
@@ -296,6 +360,7 @@ def report_data(
         "others": [_other_row(o) for o in others],
         "args": list(args),
         "steps": step_marks,
+        "pipeline": pipeline_data(model, origin),
         "phases": phases,
         "unmarked": unmarked,
         "beyond": beyond,
@@ -309,7 +374,7 @@ def report_data(
 
 
 #: The page's style and scripts: package data (``report/`` beside this module), inlined.
-ASSETS = ("report.css", "errors.js", "report.js")
+ASSETS = ("report.css", "errors.js", "report.js", "pipeline.js")
 
 
 @functools.cache
@@ -336,8 +401,10 @@ def render_html(
     max_phases: int | None = MAX_PHASES,
 ) -> str:
     """The page for ``traces`` and their ``summary``, as one string (``max_phases``: as
-    :func:`report_data` says)."""
-    data = report_data(traces, summary, steps, max_phases)
+    :func:`report_data` says). ``steps`` is not read: the page's steps are the summary's own
+    (its per-step model, made with the options the summary was); it stays for the callers
+    that pass it."""
+    data = report_data(traces, summary, max_phases)
     # Inside <script>, "</" ends the block and "<!--" starts an escaped state that hides it:
     # "<" as \u003c (JSON's own escape) leaves neither, and the data the same.
     payload = json.dumps(data, default=str, separators=(",", ":")).replace("<", "\\u003c")
@@ -385,11 +452,17 @@ def render_html(
         "<button id='zreset' title='the whole run'>reset</button><span id='view'></span>"
         "<span class='note'>wheel: zoom, drag: pan, double-click: reset; hover for details"
         "</span></div><div id='tl'></div><div id='tip'></div>"
+        "<h2 id='pipehead'>Steps across the job: where each step's time went, per process</h2>"
+        "<p class='note' id='pipenote'></p><div id='pipebar'>"
+        "<button id='pprev' title='earlier steps'>&#9664;</button>"
+        "<button id='pnext' title='later steps'>&#9654;</button><span id='pview'></span></div>"
+        "<div id='pipewrap'><svg id='pipesvg'></svg></div>"
         f"<h2>Phases</h2>{err_note}<table id='phases'></table>{shares}"
         "<h2 id='imbhead'>Rank imbalance (per role, total time per rank; red: the slowest)</h2>"
         "<div id='imbalance'></div>"
         f"<script type='application/json' id='data'>{payload}</script>"
-        f"<script>{asset('report.js')}</script></body></html>\n"
+        f"<script>{asset('report.js')}</script><script>{asset('pipeline.js')}</script>"
+        "</body></html>\n"
     )
 
 

@@ -130,20 +130,20 @@ function draw() {
     shown++;
   }
   ctx.setLineDash([4, 3]); ctx.strokeStyle = '#333';
-  for (const st of D.steps) {
-    if (st[1] < v0 || st[1] > v1) continue;
-    const g = D.groups.find(g => g.rank === st[0] && g.role === st[3]);
-    if (!g) continue;
-    const x = X(st[1]);
-    ctx.beginPath(); ctx.moveTo(x, g.top * LANE + 2); ctx.lineTo(x, (g.top + g.lanes) * LANE);
-    ctx.stroke(); ctx.fillStyle = '#333';
-    ctx.fillText('step ' + st[2], x + 3, g.top * LANE + LANE / 2);
+  let steps = 0;
+  for (const st of D.steps) {  // the job's steps (the per-step model's), across every group
+    if (st[0] < v0 || st[0] > v1) continue;
+    const x = X(st[0]);
+    ctx.beginPath(); ctx.moveTo(x, 2); ctx.lineTo(x, H); ctx.stroke(); ctx.fillStyle = '#333';
+    for (const g of D.groups) ctx.fillText('step ' + st[1], x + 3, g.top * LANE + LANE / 2);
+    steps++;
   }
   ctx.restore(); ctx.setLineDash([]);
   document.getElementById('view').textContent = 'showing ' + fmtDur(v0) + ' … ' + fmtDur(v1) +
     ' (' + fmtDur(v1 - v0) + ' wide)';
   document.body.setAttribute('data-drawn', String(drawn));
   document.body.setAttribute('data-marks', String(shown));
+  document.body.setAttribute('data-steps', String(steps));
 }
 function clip(text, px, c) {
   if (c.measureText(text).width <= px) return text;
