@@ -2,13 +2,14 @@
 summarised with it and without it (``--no-per-step``), side by side, in fresh processes, the
 two modes alternated so that a busy machine weighs on both alike.
 
-- the cluster of ``benchmarks/summary_scale.py`` (64 ranks x 1e5 events in Ascend databases):
-  wall time and peak RSS of the whole process tree (the command and its workers);
+- the cluster of ``benchmarks/summary_scale.py`` (64 ranks x 1e5 events in Ascend databases);
 - the spill of ``benchmarks/summary_memory.py`` (1e7 events by default, summarised in one
-  pass): wall time and the command's own peak RSS (``wait4``).
+  pass).
 
-Prints, per input and mode, each round's figures, then the ratios of the medians (targets: time
-<= 1.3x; memory within today's bound). Run it from the repository root:
+Each run's wall time, CPU time (user + system of the command and its workers: what a busy
+machine inflates least) and peak RSS of the whole process tree. Prints, per input and mode,
+each round's figures, then the ratios of the medians (targets: time <= 1.3x; memory within
+today's bound). Run it from the repository root:
 ``python3 benchmarks/per_step_cost.py [--ranks 64] [--events 1e5] [--spill 1e7] [--rounds 2]``.
 Inputs are made once under ``--work`` and reused (those of the two benchmarks it borrows from).
 """
@@ -21,6 +22,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -30,43 +32,55 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 import summary_memory  # noqa: E402
 import summary_scale  # noqa: E402
 
-MODES = {"with per-step": [], "without (--no-per-step)": ["--no-per-step"]}
+MODES: dict[str, list[str]] = {"with per-step": [], "without (--no-per-step)": ["--no-per-step"]}
 
 
-def tree(root: Path, extra: list[str]) -> tuple[float, int]:
-    """Wall seconds and peak tree RSS (bytes) of ``summary ROOT --json`` with ``extra``."""
-    cmd = [sys.executable, "-m", "mstx_marks", "summary", str(root), "--json", *extra]
-    wall, peak, done = summary_scale.measure(cmd, 1800)
-    if done is None or done.returncode != 0:
-        raise SystemExit(f"summary failed: {done and done.stderr[-2000:]}")
-    return wall, peak
-
-
-def own(root: Path, extra: list[str]) -> tuple[float, int]:
-    """Wall seconds and the command's own peak RSS (bytes; ``wait4``)."""
+def run(root: Path, extra: list[str]) -> tuple[float, float, int]:
+    """Wall seconds, CPU seconds (user + system, the command and the workers it waited for:
+    ``wait4``) and peak RSS of the whole process tree (bytes, sampled every 10 ms) of
+    ``summary ROOT --json`` with ``extra``."""
     cmd = [sys.executable, "-m", "mstx_marks", "summary", str(root), "--json", *extra]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     start = time.monotonic()
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         proc = subprocess.Popen(cmd, stdout=out, stderr=err, text=True, env=env)
+        peak = 0
+        stop = threading.Event()
+
+        def sample() -> None:
+            nonlocal peak
+            while not stop.is_set():
+                peak = max(peak, summary_scale._tree_rss(proc.pid))
+                stop.wait(0.01)
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
         _, status, usage = os.wait4(proc.pid, 0)
+        stop.set()
+        sampler.join()
         if os.waitstatus_to_exitcode(status) != 0:
             err.seek(0)
             raise SystemExit(f"summary failed: {err.read()[-2000:]}")
-    return time.monotonic() - start, usage.ru_maxrss * 1024
+    return time.monotonic() - start, usage.ru_utime + usage.ru_stime, peak
 
 
-def compare(name: str, measure, root: Path, rounds: int) -> None:  # type: ignore[no-untyped-def]
-    got: dict[str, list[tuple[float, int]]] = {mode: [] for mode in MODES}
+def compare(name: str, root: Path, rounds: int) -> None:
+    got: dict[str, list[tuple[float, float, int]]] = {mode: [] for mode in MODES}
     for n in range(rounds):
         for mode, extra in MODES.items() if n % 2 == 0 else reversed(MODES.items()):
-            wall, peak = measure(root, extra)
-            got[mode].append((wall, peak))
-            print(f"  {name}, {mode}: {wall:.1f} s, peak {peak / 2**20:.0f} MiB", flush=True)
-    (new, old) = (got[m] for m in MODES)
-    wall = statistics.median(w for w, _ in new) / statistics.median(w for w, _ in old)
-    peak = statistics.median(p for _, p in new) / statistics.median(p for _, p in old)
-    print(f"{name}: per-step / without: time {wall:.2f}x, peak memory {peak:.2f}x")
+            wall, cpu, peak = run(root, extra)
+            got[mode].append((wall, cpu, peak))
+            print(
+                f"  {name}, {mode}: {wall:.1f} s, cpu {cpu:.1f} s, peak {peak / 2**20:.0f} MiB",
+                flush=True,
+            )
+    new, old = (got[m] for m in MODES)
+    ratios = [statistics.median(v[k] for v in new) / statistics.median(v[k] for v in old)
+              for k in range(3)]  # fmt: skip
+    print(
+        f"{name}: per-step / without (medians): wall {ratios[0]:.2f}x, cpu {ratios[1]:.2f}x,"
+        f" peak memory {ratios[2]:.2f}x"
+    )
 
 
 def main() -> None:
@@ -81,10 +95,10 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     print(f"cpus: {os.cpu_count()}; inputs under {work}")
     cluster = summary_scale.cluster(work, args.ranks, int(args.events))
-    compare(f"{args.ranks} ranks x {int(args.events)} events", tree, cluster, args.rounds)
+    compare(f"{args.ranks} ranks x {int(args.events)} events", cluster, args.rounds)
     if args.spill:
         spill = summary_memory.build(work / f"spill_{int(args.spill)}", int(args.spill))
-        compare(f"a spill of {int(args.spill)} events", own, spill, args.rounds)
+        compare(f"a spill of {int(args.spill)} events", spill, args.rounds)
 
 
 if __name__ == "__main__":

@@ -242,6 +242,32 @@ def test_spmd_ranks_are_attributed_to_their_own_steps() -> None:
     assert row.own and (row.length_ns[0], row.busy_ns[0], row.idle_ns(0)) == (80, 70, 10)
 
 
+def test_the_outer_loop_defines_the_steps() -> None:
+    """One trainer and one worker whose profiler counts steps of its own inside the trainer's:
+    the trainer's (longer) steps are the job's; the worker is attributed to them by time."""
+    trainer, worker = ProcessSpans(), ProcessSpans()
+    trainer.add(0, 150, "gen")
+    trainer.set_steps([Step(0, 100, "1", 100), Step(100, 200, "2", 100)])
+    worker.add(10, 190, "update_actor")
+    worker.set_steps([Step(10 * i, 10 * i + 10, str(i), 10) for i in range(1, 19)])
+    model = analyse([(Member("WorkerDict", 0), worker.finish()), (TRAINER, trainer.finish())])
+    assert model is not None and model.reference == TRAINER
+    row = model.row(Member("WorkerDict", 0))
+    assert not row.own and list(row.busy_ns) == [90, 90]
+
+
+def test_a_spill_says_its_host_and_clock_anchor(tmp_path: Path) -> None:
+    import socket
+
+    from mstx_marks.backends.record import Recorder, anchor_ns
+    from mstx_marks.export.spill import Spill, read_spill
+
+    rec = Recorder()
+    rec.range_end(rec.range_start("step", "default"), "default")
+    trace = read_spill(Spill(tmp_path, rec, rank=0, role="trainer").write_now())
+    assert (trace.host, trace.anchor_ns) == (socket.gethostname(), anchor_ns())
+
+
 def test_a_joined_span_cut_by_an_edge_says_how_far_it_may_be_off() -> None:
     s = SpanSet()
     for i in range(100):

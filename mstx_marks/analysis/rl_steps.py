@@ -5,8 +5,9 @@ these figures).
 **Steps.** The process that runs the loop defines the job's steps. Among the processes with
 steps of their own (verl's trainer ``step`` timer, or whatever
 :mod:`mstx_marks.analysis.steps` recognises), the *loop role* is the role with the fewest such
-processes (a driver rather than SPMD ranks; ties to the one with more steps, then by name), and
-its lowest rank is the *reference*: its steps, in time order, are the job's.
+processes (a driver rather than SPMD ranks; ties to the one with the longest steps, the outer
+loop, then by name), and its lowest rank is the *reference*: its steps, in time order, are the
+job's.
 
 **Attribution.** Every other process's ranges are attributed to those steps by time: per step
 and process, ``busy`` is the time its phase ranges cover inside the step (their union),
@@ -77,7 +78,7 @@ __all__ = [
 
 #: At most this many steps are analysed; a job with more has every k-th analysed (a loop
 #: marked per iteration rather than per RL step), which a note says.
-MAX_STEPS = 2048
+MAX_STEPS = 1024
 #: A per-step figure of a step a process has no figures for (its own steps lack that key).
 ABSENT = -1
 
@@ -298,10 +299,14 @@ def _reference(procs: list[tuple[Member, ProcessSpans]]) -> tuple[str, Member] |
             by_role.setdefault(m.role, []).append((m, s))
     if not by_role:
         return None
-    role = min(
-        by_role,
-        key=lambda r: (len(by_role[r]), -max(len(s.step_starts) for _, s in by_role[r]), r),
-    )
+
+    def mean_step(r: str) -> float:
+        found = [e - s for _, p in by_role[r] for s, e in zip(p.step_starts, p.step_ends)]
+        return sum(found) / len(found)
+
+    # the fewest processes (a driver, not SPMD ranks), then the longest steps (the outer loop:
+    # a trainer's step holds the steps a worker's profiler may count inside it)
+    role = min(by_role, key=lambda r: (len(by_role[r]), -mean_step(r), r))
     return role, min(m for m, _ in by_role[role])
 
 

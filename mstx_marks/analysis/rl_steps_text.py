@@ -63,7 +63,8 @@ def _rows_of_step(model: StepAnalysis, i: int) -> list[tuple[ProcessSteps, str]]
         if len(here) > MAX_RANK_ROWS:
             by_busy = sorted(here, key=lambda p: (-p.busy_ns[i], p.member.rank))
             out += [(by_busy[0], "busiest"), (by_busy[-1], "least busy")]
-            out.append((by_busy[0], f"... {len(here) - 2} more ranks of {_name(role) or 'it'}"))
+            more = f"... {len(here) - 2} more ranks" + (f" of {_name(role)}" if role else "")
+            out.append((by_busy[0], more))
         else:
             out += [(p, "") for p in here]
     return out

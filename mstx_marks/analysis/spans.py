@@ -153,7 +153,7 @@ class SpanSet:
         return self._sums
 
     @classmethod
-    def solid(cls, flat: list[int]) -> SpanSet:
+    def solid(cls, flat: Sequence[int]) -> SpanSet:
         """The set of the sorted disjoint spans ``[start0, end0, start1, end1, ...]``.
 
         >>> SpanSet.solid([0, 5, 7, 9]).spans()
@@ -239,14 +239,46 @@ class SpanSet:
         ([15, 5], [0, 0], 1, 0)
         """
         self._fold()
-        cut: set[int] = set()
+        starts, ends, covers = self.starts, self.ends, self.covers
+        prefix = self._prefix()  # the cover before span i: prefix[i]
+        # The cover before each edge (window starts and ends, in order) and how far it may be
+        # off: an edge inside a joined span splits its cover in proportion, within its gaps.
+        at: list[int] = []
+        doubt: list[int] = []
+        cut = lo = 0
+        last_cut = -1
+        for t in [t for w in windows for t in w]:
+            i = bisect_right(starts, t, lo) - 1
+            if i < 0:
+                at.append(0)
+                doubt.append(0)
+                continue
+            lo = i
+            s, e = starts[i], ends[i]
+            if t >= e:
+                at.append(prefix[i + 1])
+                doubt.append(0)
+                continue
+            if t > s and i != last_cut:
+                cut += 1
+                last_cut = i
+            part, span, c = t - s, e - s, covers[i]
+            if c == span:
+                at.append(prefix[i] + part)
+                doubt.append(0)
+                continue
+            # its gaps may lie anywhere in it: from all before t (least) to none (most)
+            least = part - (span - c) if part > span - c else 0
+            most = c if c < part else part
+            guess = (c * part + span // 2) // span
+            at.append(prefix[i] + (least if guess < least else most if guess > most else guess))
+            doubt.append(most - least)
         cover, uncertain = array("q"), array("q")
-        for a, b in windows:
-            at_a, doubt_a = self._before(a, cut)
-            at_b, doubt_b = self._before(b, cut)
-            cover.append(min(max(at_b - at_a, 0), b - a))
-            uncertain.append(doubt_a + doubt_b)
-        return Clipped(cover, uncertain, len(cut), max(0, self._prefix()[-1] - sum(cover)))
+        for k, (a, b) in enumerate(windows):
+            part = at[2 * k + 1] - at[2 * k]
+            cover.append(0 if part < 0 else b - a if part > b - a else part)
+            uncertain.append(doubt[2 * k] + doubt[2 * k + 1])
+        return Clipped(cover, uncertain, cut, max(0, prefix[-1] - sum(cover)))
 
     def cover_in(self, start: int, end: int) -> int:
         """The cover inside ``[start, end)`` (see :meth:`clip`).
@@ -255,27 +287,7 @@ class SpanSet:
         >>> s.cover_in(5, 20)
         10
         """
-        self._fold()
-        return min(max(self._before(end)[0] - self._before(start)[0], 0), end - start)
-
-    def _before(self, t: int, cut: set[int] | None = None) -> tuple[int, int]:
-        """The cover before ``t``, and how far it may be off (``t`` inside a joined span, whose
-        gaps may lie anywhere in it); the span ``t`` falls strictly inside goes to ``cut``."""
-        starts = self.starts
-        i = bisect_right(starts, t) - 1
-        if i < 0:
-            return 0, 0
-        prefix = self._prefix()
-        s, e = starts[i], self.ends[i]
-        if t >= e:
-            return prefix[i + 1], 0
-        if t > s and cut is not None:
-            cut.add(i)
-        part, span, c = t - s, e - s, self.covers[i]
-        if c == span:
-            return prefix[i] + part, 0
-        least, most = max(0, part - (span - c)), min(c, part)
-        return prefix[i] + min(max((c * part + span // 2) // span, least), most), most - least
+        return self.clip([(start, end)]).cover[0]
 
     def extent(self, start: int, end: int) -> tuple[int, int] | None:
         """``(first, last)`` covered time inside ``[start, end)`` (a joined span taken as
@@ -470,21 +482,22 @@ def spans_of_ranges(
     ([(0, 10, 10)], [(2, 5, 3)])
     """
     found = ProcessSpans(host=host, anchor_ns=anchor_ns)
-    busy: list[int] = []  # [start0, end0, start1, end1, ...], the last span still growing
-    flats: dict[str, list[int]] = {}  # the same per phase
+    # [start0, end0, start1, end1, ...], the last span still growing (arrays: 8 bytes a time)
+    busy: array[int] = array("q")
+    flats: dict[str, array[int]] = {}  # the same per phase
     for _, s, neg_end, phase in sorted(ranges, key=itemgetter(1)):  # one pass, in start order
         e = -neg_end
         if e <= s:
             continue
         if not busy or s > busy[-1]:
-            busy += (s, e)
+            busy.extend((s, e))
         elif e > busy[-1]:
             busy[-1] = e
         flat = flats.get(phase)
         if flat is None:
-            flats[phase] = [s, e]
+            flats[phase] = array("q", (s, e))
         elif s > flat[-1]:
-            flat += (s, e)
+            flat.extend((s, e))
         elif e > flat[-1]:
             flat[-1] = e
     found.phases = {phase: SpanSet.solid(flat) for phase, flat in flats.items()}
