@@ -20,7 +20,6 @@ import sys
 from pathlib import Path
 
 import verl_job
-from verl_one_step_off import disaggregated, pythonpath
 
 STEPS = 3
 PROMPTS_PER_STEP = 2
@@ -34,7 +33,7 @@ def overrides(inputs: Path, work: Path, ray_tmp: Path) -> list[str]:
         STEPS,
         [
             "trainer.experiment_name=fully_async_cpu",
-            *disaggregated(work),
+            *verl_job.disaggregated(work),
             "data.train_batch_size=0",
             "data.gen_batch_size=1",
             f"rollout.total_rollout_steps={STEPS * PROMPTS_PER_STEP}",
@@ -60,6 +59,6 @@ if __name__ == "__main__":
             "verl.experimental.fully_async_policy.fully_async_main",
             overrides,
             sys.argv[1:],
-            {"PYTHONPATH": pythonpath()},
+            verl_job.grpo_on_path(),
         )
     )

@@ -58,6 +58,7 @@ JOB_ENV = {
 ACTOR = "actor_rollout_ref.actor"
 REF = "actor_rollout_ref.ref"
 ROLLOUT = "actor_rollout_ref.rollout"
+_CHECKPOINT_ENGINE = f"{ROLLOUT}.checkpoint_engine"
 
 
 def tiny_overrides(
@@ -151,6 +152,27 @@ def _changed(args: list[str], changes: Sequence[str]) -> list[str]:
         else:
             out.append(change)
     return out
+
+
+def disaggregated(work: Path) -> list[str]:
+    """Trainer and rollout on pools of their own, the weights pushed through files: what verl's
+    disaggregated trainers (one-step-off, fully async) need here."""
+    return [
+        "actor_rollout_ref.hybrid_engine=False",
+        "rollout.nnodes=1",
+        "rollout.n_gpus_per_node=1",
+        "+ray_kwargs.ray_init.num_gpus=2",  # one for the trainer's pool, one for the rollout's
+        f"{_CHECKPOINT_ENGINE}.backend=file",
+        f"{_CHECKPOINT_ENGINE}.custom_backend_module=file_checkpoint_engine",
+        f"+{_CHECKPOINT_ENGINE}.engine_kwargs.file.root={work / 'weights'}",
+    ]
+
+
+def grpo_on_path() -> dict[str, str]:
+    """The job's ``PYTHONPATH`` with tests/support/grpo first (the file checkpoint engine's
+    module): Ray's workers inherit the driver's environment."""
+    paths = (str(GRPO), os.environ.get("PYTHONPATH"))
+    return {"PYTHONPATH": os.pathsep.join(p for p in paths if p)}
 
 
 def quoted(value: str) -> str:

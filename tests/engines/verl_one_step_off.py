@@ -18,28 +18,12 @@ usage: python verl_one_step_off.py WORK_DIR RESULT_JSON [TIMEOUT_S]
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
 import verl_job
 
 STEPS = 3
-CHECKPOINT_ENGINE = "actor_rollout_ref.rollout.checkpoint_engine"
-
-
-def disaggregated(work: Path) -> list[str]:
-    """Trainer and rollout on pools of their own, the weights pushed through files: what verl's
-    disaggregated trainers (one-step-off, fully async) need here."""
-    return [
-        "actor_rollout_ref.hybrid_engine=False",
-        "rollout.nnodes=1",
-        "rollout.n_gpus_per_node=1",
-        "+ray_kwargs.ray_init.num_gpus=2",  # one for the trainer's pool, one for the rollout's
-        f"{CHECKPOINT_ENGINE}.backend=file",
-        f"{CHECKPOINT_ENGINE}.custom_backend_module=file_checkpoint_engine",
-        f"+{CHECKPOINT_ENGINE}.engine_kwargs.file.root={work / 'weights'}",
-    ]
 
 
 def overrides(inputs: Path, work: Path, ray_tmp: Path) -> list[str]:
@@ -48,15 +32,10 @@ def overrides(inputs: Path, work: Path, ray_tmp: Path) -> list[str]:
         # installed verl has it as a package.
         "hydra.searchpath=[pkg://verl.trainer.config]",
         "trainer.experiment_name=one_step_off_cpu",
-        *disaggregated(work),
+        *verl_job.disaggregated(work),
         "algorithm.rollout_correction.bypass_mode=False",
     ]
     return verl_job.tiny_overrides(inputs, work, ray_tmp, STEPS, changes)
-
-
-def pythonpath() -> str:
-    """tests/support/grpo first: Ray's workers inherit the driver's environment."""
-    return os.pathsep.join(p for p in (str(verl_job.GRPO), os.environ.get("PYTHONPATH")) if p)
 
 
 if __name__ == "__main__":
@@ -65,6 +44,6 @@ if __name__ == "__main__":
             "verl.experimental.one_step_off_policy.main_ppo",
             overrides,
             sys.argv[1:],
-            {"PYTHONPATH": pythonpath()},
+            verl_job.grpo_on_path(),
         )
     )
