@@ -125,3 +125,45 @@ def test_the_summary_says_which_command_writes_the_missing_files(
     capsys.readouterr()  # type: ignore[attr-defined]
     assert main(["summary", str(tmp_path)]) == 0
     assert "left only a spill" not in capsys.readouterr().err  # type: ignore[attr-defined]
+
+
+# A Ray worker with a recipe's capture window: its profiler's trace holds the window's
+# record_function ranges; the worker is then ended as Ray ends it (only its spill written).
+CAPTURED = """
+import os, signal, torch
+from mstx_marks.launch.activate import activate
+activate()
+from mstx_marks import mark
+from mstx_marks.export import out
+for step in range(5):
+    with mark("step"):
+        torch.ones(8) @ torch.ones(8)
+with torch.profiler.profile() as prof:
+    with mark("step"), torch.profiler.record_function("step"):
+        torch.ones(8) @ torch.ones(8)
+os.makedirs(os.environ["CAPTURE"], exist_ok=True)
+prof.export_chrome_trace(os.path.join(os.environ["CAPTURE"], "window.pt.trace.json"))
+out._session.spill_only = True
+out._session.write_now(final=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_capture_window_of_a_process_never_stands_for_its_recording(
+    tmp_path: Path, capsys: object
+) -> None:
+    """The profiler's trace of one window (torch's, or torch_npu's database) holds the same
+    process as our files: the summary uses ours, which hold the whole run."""
+    import json
+
+    capture = tmp_path / "update_micro_batch"
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(CAPTURED)],
+        env=dict(os.environ, MSTX_MARKS_OUT=str(tmp_path), CAPTURE=str(capture)),
+        timeout=120, capture_output=True, check=False,
+    )  # fmt: skip
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    assert list(capture.glob("*.pt.trace.json"))
+    assert main(["summary", str(tmp_path), "--json"]) == 0
+    phases = json.loads(capsys.readouterr().out)["phases"]  # type: ignore[attr-defined]
+    assert {p["name"]: p["all"]["count"] for p in phases}.get("step") == 6

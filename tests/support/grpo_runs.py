@@ -1,0 +1,58 @@
+"""The real verl GRPO job's runs, made once per test session and shared by the tests that read
+them (tests/test_real_grpo.py, tests/test_real_grpo_recipes.py): each run takes minutes, so the
+marked run also carries the seed guide's capture recipes, whose folders the recipes' tests read.
+
+- ``grpo_plain``: no ``MSTX_MARKS_*`` variable anywhere;
+- ``grpo_marked``: ``MSTX_MARKS_INSTRUMENT=verl,vllm``, ``MSTX_MARKS_OUT`` and
+  ``MSTX_MARKS_CAPTURE`` (:data:`CAPTURE`) in the driver's environment, nothing else.
+
+``GRPO_TEST_DIR=<folder>`` runs the jobs there instead of pytest's temporary folders (kept
+afterwards). A pytest plugin: tests/conftest.py names it in ``pytest_plugins``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from .grpo_job import Job, grpo_python, launch
+
+JOB_TIMEOUT_S = 600  # about 190 s on an idle machine; 400 s seen with other jobs running
+INSTRUMENT = "verl,vllm"
+#: The seed guide's hand edits, as recipes (tests/test_real_grpo_recipes.py says what each holds).
+CAPTURE = ";".join(
+    (
+        "update_micro_batch:wait=0,warmup=0,active=1",
+        "ref_log_prob_micro_batch:wait=0,warmup=0,active=1",
+        "rollout_decode:wait=1,warmup=0,active=2",
+    )
+)
+
+
+def _folder(factory: pytest.TempPathFactory, name: str) -> Path:
+    kept = os.environ.get("GRPO_TEST_DIR")
+    if not kept:
+        return factory.mktemp(name)
+    path = Path(kept) / name
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True)
+    return path
+
+
+@pytest.fixture(scope="session")
+def grpo_plain(tmp_path_factory: pytest.TempPathFactory) -> Job:
+    return launch(grpo_python(), _folder(tmp_path_factory, "grpo-plain"), None, JOB_TIMEOUT_S)
+
+
+@pytest.fixture(scope="session")
+def grpo_marked(tmp_path_factory: pytest.TempPathFactory) -> Job:
+    where = _folder(tmp_path_factory, "grpo-marked")
+    settings = {
+        "MSTX_MARKS_INSTRUMENT": INSTRUMENT,
+        "MSTX_MARKS_OUT": str(where / "out"),
+        "MSTX_MARKS_CAPTURE": CAPTURE,
+    }
+    return launch(grpo_python(), where, settings, JOB_TIMEOUT_S)
