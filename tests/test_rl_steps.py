@@ -278,6 +278,31 @@ def test_a_joined_span_cut_by_an_edge_says_how_far_it_may_be_off() -> None:
     assert doubt[0] > 0 and abs(cover[0] - truth) <= doubt[0]
 
 
+def test_a_process_of_many_ranges_is_kept_bounded_and_its_figures_said_to_be_estimates() -> None:
+    """A rollout engine of 40,000 decode steps, over 3 trainer steps whose edges fall in the
+    middle of its work: its spans are joined to bound memory, and what a step's edge cuts is
+    estimated, within what the note and ``uncertain_ns`` say."""
+    trainer, engine = ProcessSpans(), ProcessSpans()
+    trainer.set_steps([Step(i * 100_000, (i + 1) * 100_000, str(i + 1), 0) for i in range(3)])
+    trainer.add(0, 300_000, "gen")
+    for k in range(40_000):
+        engine.add(k * 7 + 1000, k * 7 + 1004 + k % 2, "vllm_one_step")
+    engine.finish()
+    assert engine.span_count <= 2 * 2048
+    model = analyse([(TRAINER, trainer.finish()), (ENGINE, engine)])
+    assert model is not None
+    row = model.row(ENGINE)
+    truth = [
+        sum(min(k * 7 + 1004 + k % 2, b) - max(k * 7 + 1000, a) for k in range(40_000)
+            if k * 7 + 1000 < b and k * 7 + 1004 + k % 2 > a)
+        for a, b in ((0, 100_000), (100_000, 200_000), (200_000, 300_000))
+    ]  # fmt: skip
+    for i in range(3):
+        assert abs(row.busy_ns[i] - truth[i]) <= row.uncertain_ns[i]
+    assert sum(row.busy_ns) == sum(truth)  # the edges split the joined spans, nothing lost
+    assert any("estimated" in note and ENGINE.label in note for note in model.notes)
+
+
 # --- invariants ------------------------------------------------------------------------------
 
 _ranges = st.lists(

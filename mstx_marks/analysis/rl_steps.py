@@ -301,8 +301,9 @@ def _reference(procs: list[tuple[Member, ProcessSpans]]) -> tuple[str, Member] |
         return None
 
     def mean_step(r: str) -> float:
-        found = [e - s for _, p in by_role[r] for s, e in zip(p.step_starts, p.step_ends)]
-        return sum(found) / len(found)
+        ps = [p for _, p in by_role[r]]
+        total = sum(sum(p.step_ends) - sum(p.step_starts) for p in ps)
+        return total / sum(len(p.step_starts) for p in ps)
 
     # the fewest processes (a driver, not SPMD ranks), then the longest steps (the outer loop:
     # a trainer's step holds the steps a worker's profiler may count inside it)
@@ -348,11 +349,10 @@ def analyse(processes: Iterable[tuple[Member, ProcessSpans]]) -> StepAnalysis | 
     shift_ref = clock.shifts_ns.get(reference, 0)
     total = len(ref.step_starts)
     every = max(1, math.ceil(total / MAX_STEPS))
-    ends = ref.step_windows()
-    steps = [
-        StepInfo(ref.step_key(i), ref.step_starts[i] + shift_ref, ends[i] + shift_ref)
-        for i in range(0, total, every)
-    ]
+    steps = []
+    for i in range(0, total, every):
+        start, end = ref.step_window(i)
+        steps.append(StepInfo(ref.step_key(i), start + shift_ref, end + shift_ref))
     windows = [(st.start_ns, st.end_ns) for st in steps]
     rows = []
     for m, s in procs:
@@ -393,14 +393,13 @@ def _row(member: Member, spans: ProcessSpans, windows: list[Span], own: bool) ->
 def _own_row(member: Member, spans: ProcessSpans, keys: list[str]) -> ProcessSteps:
     """``member``'s figures in its own steps of the reference's ``keys`` (absent where it has no
     step of that key)."""
-    ends = spans.step_windows()
     # (keyed steps looked up in a dict made once, not by a search of their list each)
     index = None if spans.step_keys is None else {k: j for j, k in enumerate(spans.step_keys)}
     present = []
     for i, key in enumerate(keys):
         j = spans.step_index(key) if index is None else index.get(key)
         if j is not None:
-            present.append(((spans.step_starts[j], ends[j]), i))
+            present.append((spans.step_window(j), i))
     present.sort()
     row = _row(member, spans, [w for w, _ in present], True)
     n = len(keys)

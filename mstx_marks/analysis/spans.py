@@ -37,7 +37,7 @@ from array import array
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 from itertools import accumulate
-from operator import itemgetter, sub
+from operator import gt, itemgetter, sub
 from typing import Iterable, NamedTuple, Sequence
 
 from mstx_marks.analysis.steps import Step
@@ -52,11 +52,11 @@ __all__ = [
     "SpanSet",
 ]
 
-#: A set holds at most this many spans while ranges are added (about 1.5 MB); past it, half.
-BUILD_LIMIT = 1 << 16
+#: A set holds at most this many spans while ranges are added (about 400 KB); past it, half.
+BUILD_LIMIT = 1 << 14
 #: The spans one process sends back from the worker that read it, all sets together (about
-#: 100 KB), unless its own step boundaries need more (see :data:`FENCE_LIMIT`).
-SHIP_LIMIT = 4096
+#: 50 KB), unless its own step boundaries need more (see :data:`FENCE_LIMIT`).
+SHIP_LIMIT = 2048
 #: A process with at most this many steps of its own keeps its sets exact at its step
 #: boundaries (spans never joined across one); one with more may not.
 FENCE_LIMIT = 1024
@@ -153,15 +153,15 @@ class SpanSet:
         return self._sums
 
     @classmethod
-    def solid(cls, flat: Sequence[int]) -> SpanSet:
-        """The set of the sorted disjoint spans ``[start0, end0, start1, end1, ...]``.
+    def solid(cls, starts: array[int], ends: array[int]) -> SpanSet:
+        """The set of sorted disjoint spans, solid, from their starts and ends (taken).
 
-        >>> SpanSet.solid([0, 5, 7, 9]).spans()
+        >>> SpanSet.solid(array("q", [0, 7]), array("q", [5, 9])).spans()
         [(0, 5, 5), (7, 9, 2)]
         """
         made = cls()
-        made.starts, made.ends = array("q", flat[0::2]), array("q", flat[1::2])
-        made.covers = array("q", map(sub, made.ends, made.starts))
+        made.starts, made.ends = starts, ends
+        made.covers = array("q", map(sub, ends, starts))
         return made
 
     def spans(self) -> list[tuple[int, int, int]]:
@@ -381,9 +381,11 @@ class ProcessSpans:
 
     def set_step_spans(self, starts: Iterable[int], ends: Iterable[int]) -> None:
         """The process's own steps as their spans alone, numbered 1, 2, ... in start order
-        (held as arrays: a loop marked per iteration may have millions)."""
-        s, e = array("q", starts), array("q", ends)
-        if any(s[i] > s[i + 1] for i in range(len(s) - 1)):
+        (held as arrays, taken as they are when they are: a loop marked per iteration may have
+        millions)."""
+        s = starts if isinstance(starts, array) else array("q", starts)
+        e = ends if isinstance(ends, array) else array("q", ends)
+        if any(map(gt, s, s[1:])):
             order = sorted(range(len(s)), key=lambda i: (s[i], e[i]))
             s, e = array("q", (s[i] for i in order)), array("q", (e[i] for i in order))
         self.step_starts, self.step_ends, self.step_keys = s, e, None
@@ -400,14 +402,13 @@ class ProcessSpans:
         i = int(key) - 1 if key.isdigit() else -1
         return i if 0 <= i < len(self.step_starts) else None
 
-    def step_windows(self) -> array[int]:
-        """The own steps' ends, each cut at the next step's start (a keyed step in pieces may
-        overlap the next; the windows a process's time is attributed to never do)."""
-        starts, ends = self.step_starts, array("q", self.step_ends)
-        for i in range(len(ends) - 1):
-            if ends[i] > starts[i + 1]:
-                ends[i] = max(starts[i], starts[i + 1])
-        return ends
+    def step_window(self, i: int) -> Span:
+        """Own step ``i``'s span, its end cut at the next step's start (a keyed step in pieces
+        may overlap the next; the windows a process's time is attributed to never do)."""
+        start, end = self.step_starts[i], self.step_ends[i]
+        if i + 1 < len(self.step_starts):
+            end = max(start, min(end, self.step_starts[i + 1]))
+        return start, end
 
     def steps(self) -> list[tuple[int, int, str]]:
         """``(start, end, key)`` of each own step."""
@@ -482,25 +483,32 @@ def spans_of_ranges(
     ([(0, 10, 10)], [(2, 5, 3)])
     """
     found = ProcessSpans(host=host, anchor_ns=anchor_ns)
-    # [start0, end0, start1, end1, ...], the last span still growing (arrays: 8 bytes a time)
-    busy: array[int] = array("q")
-    flats: dict[str, array[int]] = {}  # the same per phase
-    for _, s, neg_end, phase in sorted(ranges, key=itemgetter(1)):  # one pass, in start order
+    # The union's starts and ends, the last span still growing (arrays: 8 bytes a time), of
+    # all the ranges (busy) and per phase; one pass in start order (the hot loop: kept flat).
+    busy_s, busy_e = array("q"), array("q")
+    last = -(1 << 63)
+    flats: dict[str, tuple[array[int], array[int]]] = {}
+    for _, s, neg_end, phase in sorted(ranges, key=itemgetter(1)):
         e = -neg_end
         if e <= s:
             continue
-        if not busy or s > busy[-1]:
-            busy.extend((s, e))
-        elif e > busy[-1]:
-            busy[-1] = e
+        if s > last:
+            busy_s.append(s)
+            busy_e.append(e)
+            last = e
+        elif e > last:
+            busy_e[-1] = last = e
         flat = flats.get(phase)
         if flat is None:
-            flats[phase] = array("q", (s, e))
-        elif s > flat[-1]:
-            flat.extend((s, e))
-        elif e > flat[-1]:
-            flat[-1] = e
-    found.phases = {phase: SpanSet.solid(flat) for phase, flat in flats.items()}
-    found.busy = SpanSet.solid(busy)
+            flats[phase] = (array("q", (s,)), array("q", (e,)))
+            continue
+        ends = flat[1]
+        if s > ends[-1]:
+            flat[0].append(s)
+            ends.append(e)
+        elif e > ends[-1]:
+            ends[-1] = e
+    found.phases = {phase: SpanSet.solid(*flat) for phase, flat in flats.items()}
+    found.busy = SpanSet.solid(busy_s, busy_e)
     found.set_steps(steps)
     return found.finish()

@@ -499,9 +499,12 @@ def _set_steps(part: ProcessPart, stores: list[_StepRanges], key: str) -> Proces
             part.spans.set_steps(found)
         return part.set_steps(found)
     if part.spans is not None:  # (each range a step of its own, numbered in order)
-        part.spans.set_step_spans(
-            (s for st in stores for s in st.starts), (e for st in stores for e in st.ends)
-        )
+        if len(stores) == 1:  # (its arrays taken, not copied: they may hold millions)
+            part.spans.set_step_spans(stores[0].starts, stores[0].ends)
+        else:
+            part.spans.set_step_spans(
+                (s for st in stores for s in st.starts), (e for st in stores for e in st.ends)
+            )
     count = sum(len(st.starts) for st in stores)
     if not count:
         return part.set_steps([])
