@@ -506,7 +506,7 @@ def test_a_base_with_its_own_init_subclass_keeps_it() -> None:
 async def _overlapping_scores(worker: Any) -> list[float]:
     import asyncio
 
-    return await asyncio.gather(*(worker.compute_score(d) for d in (0.03, 0.01, 0.02)))
+    return await asyncio.gather(*(worker.compute_score(d) for d in (0.3, 0.1, 0.2)))
 
 
 def test_reward_loop_worker_calls_overlap_and_each_range_ends_once(
@@ -542,14 +542,14 @@ def test_reward_loop_worker_calls_overlap_and_each_range_ends_once(
     )
     mstx_marks.configure(backend=Ids())
     with presets.apply("verl") as report:
-        assert asyncio.run(_overlapping_scores(RewardLoopWorker())) == [0.03, 0.01, 0.02]
+        assert asyncio.run(_overlapping_scores(RewardLoopWorker())) == [0.3, 0.1, 0.2]
     assert "verl.experimental.reward_loop.reward_loop:RewardLoopWorker.compute_score" in (
         report.patched
     )
     # All three open at once; each ends right after its own score, exactly once.
     assert log[:3] == [("start", 1), ("start", 2), ("start", 3)]
     assert log[3:] == [
-        ("scored", 0.01), ("end", 2), ("scored", 0.02), ("end", 3), ("scored", 0.03), ("end", 1),
+        ("scored", 0.1), ("end", 2), ("scored", 0.2), ("end", 3), ("scored", 0.3), ("end", 1),
     ]  # fmt: skip
 
 

@@ -25,7 +25,9 @@ from mstx_marks.base.records import RangeRecord, RankTrace
 from mstx_marks.capture import presets
 
 #: The version strings of verl rows that apply to 0.9.1.
-_APPLY_TO_0_9_1 = ("0.7.1 and newer", "0.8.0 and newer", "0.7 and newer", "0.6 and newer")
+_APPLY_TO_0_9_1 = (
+    "0.7.1 and newer", "0.8.0 and newer", "0.9.1 and newer", "0.7 and newer", "0.6 and newer"
+)  # fmt: skip
 
 
 def _verl_source() -> Path:
@@ -184,7 +186,10 @@ def test_the_summary_says_generate_async_overstates_the_rollout_and_what_measure
     names = {p.name for p in summary.phases if p.role == "TaskRunner"}
     assert "generate_async" in names and "generate_sequences" in names  # `gen` folds there
     [note] = [n for n in summary.notes if n.startswith("generate_async")]
-    assert "overstates" in note and "generate_sequences measures it in AgentLoopWorker" in note
+    assert (
+        "overstates" in note
+        and "generate_sequences measures it in AgentLoopWorker rank 0 (" in note
+    )
     assert "median 915.0 ms" in note  # (890 + 940) / 2
     assert "(median 394.0 ms)" in note  # (400 + 388) / 2
 

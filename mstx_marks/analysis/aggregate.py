@@ -580,8 +580,13 @@ def _measured_elsewhere(by_member: dict[Member, ProcessPart]) -> list[str]:
         found = [(m, p.phases[late]) for m, p in by_member.items() if late in p.phases]
         if not found:
             continue
-        measuring = [p.phases[real] for p in by_member.values() if real in p.phases]
-        where = sorted({m.label for m, p in by_member.items() if real in p.phases})
+        # Elsewhere: not the processes timing it late (the trainer's `gen` folds to the same
+        # phase, and is only its wait).
+        elsewhere = {
+            m: p for m, p in by_member.items() if real in p.phases and late not in p.phases
+        }
+        measuring = [p.phases[real] for p in elsewhere.values()]
+        where = sorted({m.label for m in elsewhere})
         late_ms = max(a.p50_ns for _, a in found) / 1e6
         text = (
             f"{late} ({', '.join(sorted({m.label for m, _ in found}))}, median {late_ms:.1f} ms)"

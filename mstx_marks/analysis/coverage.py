@@ -79,11 +79,11 @@ EXPECTATIONS: dict[str, tuple[str, ...]] = {
         "rollout_pause",
         "rollout_resume",
     ),
-    # verl's fully async GRPO: the trainer waits for samples; weights are pushed every
+    # verl's fully async GRPO: the trainer waits for samples (its `gen`; verl times
+    # wait_for_enough_samples only with dynamic resource scheduling); weights are pushed every
     # trigger_parameter_sync_step updates (param_sync).
     "verl-fully-async": (
         "step",
-        "wait_for_enough_samples",
         "generate_sequences",
         "compute_score",
         "update_actor",

@@ -186,9 +186,18 @@ def _ray_role() -> str:
 
 
 def _actor_class(context: Any) -> str:
+    """The actor's class: from the name of the task this thread runs (``Class.method``, after
+    ``name:`` for a named actor), else from the actor's handle. The task's name first: the
+    handle makes Ray load the actor's class again, which may import a framework in the middle
+    of its own plugin loading (``import verl`` in an actor's ``__init__`` activates us: verl's
+    engines then fixed the device before verl's platform plugin had registered). The role is
+    kept once found, so a thread with no task (the spill's) asks the handle only when no task
+    of the actor has said it."""
     try:
-        handle = context.current_actor
-        descriptor = handle._ray_actor_creation_function_descriptor
+        name = str(context.get_task_name() or "")
+        if "." in name:
+            return name.split(".", 1)[0].rsplit(":", 1)[-1]
+        descriptor = context.current_actor._ray_actor_creation_function_descriptor
         return str(getattr(descriptor, "class_name", ""))
     except Exception:
         return ""

@@ -311,6 +311,9 @@ TARGETS: tuple[Target, ...] = (
       for module, server in _SERVERS
       for method, phase in (("abort_all_requests", "rollout_pause"),
                             ("resume_generation", "rollout_resume"))),
+    # 0.9.1's vLLM replica resumes its servers' engines, then opens their gates, itself.
+    Target("verl", _SERVERS[0][0], f"{_SERVERS[0][1]}.resume_engine_generation",
+           "rollout_resume", "0.9.1 and newer"),
     Target("verl", _AGENT, "AgentLoopWorker.generate_sequences", "generate_sequences",
            "0.7 and newer", until_background_tasks),
     Target("verl", _REWARD, "RewardLoopWorker.compute_score", "compute_score", _NEW),
