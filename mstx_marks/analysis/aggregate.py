@@ -42,6 +42,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
+from mstx_marks.analysis.batches import MODEL_STEPS, Batches
 from mstx_marks.analysis.mark_pairs import pair_marks
 from mstx_marks.analysis.quantiles import RELATIVE_ERROR, QuantileSketch, percentile
 from mstx_marks.analysis.rl_steps import StepAnalysis, analyse
@@ -307,6 +308,7 @@ def aggregate_trace(
     )
     step_phases: set[str] = set()
     nested: list[tuple[Any, int, int, str]] = []  # the stages, for the breakdown
+    batches = Batches()
     durations: dict[str, list[int]] = {}
     first: dict[str, int] = {}
     lo = hi = None
@@ -330,6 +332,8 @@ def aggregate_trace(
             durations.setdefault(name, []).append(r.end_ns - r.start_ns)
         else:
             nested.append(((r.pid, r.thread), r.start_ns, -r.end_ns, name))
+            if name in MODEL_STEPS:  # (with its batch's reqs and tokens)
+                batches.add(r.start_ns, r.end_ns, name, r.args)
         if name not in first or r.start_ns < first[name]:
             first[name] = r.start_ns
         lo = r.start_ns if lo is None else min(lo, r.start_ns)
@@ -370,7 +374,7 @@ def aggregate_trace(
         .set_breakdown(nested, step_windows(paired, steps, fold))
     )
     if options.per_step:  # (nested now sorted by thread, then start)
-        part.spans = spans_of_ranges(nested, found, trace.host, trace.anchor_ns)
+        part.spans = spans_of_ranges(nested, found, trace.host, trace.anchor_ns, batches)
     return part
 
 

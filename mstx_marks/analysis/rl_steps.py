@@ -39,6 +39,14 @@ run by several ranks in the step, the step less (slowest rank's time - the media
 largest saving is kept. It assumes that phase is on the step's path (the loop waits for its
 slowest rank), as in verl's synchronous stages.
 
+**Rollout long tail** of a step (:class:`RolloutTail`): the *engines* are the processes with
+vLLM's / SGLang's model-step ranges (:data:`~mstx_marks.analysis.batches.MODEL_STEPS`); an
+engine's rollout time in a step is what those ranges cover there. The slowest engine against
+the median, and the share of the rollout spent waiting for it, ``(slowest - median) /
+slowest``; per engine its model steps, decode steps and their time, and the tokens and
+requests of its batches, summed, where every model step there carried them (None: not known,
+as from a reader that keeps no args).
+
 >>> from mstx_marks.analysis.spans import ProcessSpans
 >>> from mstx_marks.analysis.steps import Step
 >>> trainer = ProcessSpans()
@@ -62,14 +70,17 @@ from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 from typing import Iterable
 
+from mstx_marks.analysis.batches import DECODE, MODEL_STEPS, BatchCounts
 from mstx_marks.analysis.spans import ProcessSpans, SpanSet
 from mstx_marks.base.records import Member, Span
 
 __all__ = [
     "MAX_STEPS",
     "ClockNote",
+    "EngineStep",
     "PathLink",
     "ProcessSteps",
+    "RolloutTail",
     "StepAnalysis",
     "StepInfo",
     "WhatIf",
@@ -157,6 +168,35 @@ class WhatIf:
 
 
 @dataclass
+class EngineStep:
+    """One rollout engine's model steps in a step: ``rollout_ns`` what they cover, how many
+    (``model_steps``, of them ``decode_steps`` taking ``decode_ns``), and their batches'
+    ``tokens`` and ``reqs`` summed (None: not every model step there carried them)."""
+
+    member: Member
+    rollout_ns: int
+    model_steps: int
+    decode_steps: int
+    decode_ns: int
+    tokens: int | None
+    reqs: int | None
+
+
+@dataclass
+class RolloutTail:
+    """A step's rollout long tail (see the module's docstring): every engine that ran in it
+    (by role and rank), the slowest and the median engine's rollout time, and
+    ``waiting_share``, the share of the slowest's rollout the others were done and waited
+    (``(slowest_ns - median_ns) / slowest_ns``, 0 with one engine)."""
+
+    engines: list[EngineStep]
+    slowest: Member
+    slowest_ns: int
+    median_ns: float
+    waiting_share: float
+
+
+@dataclass
 class StepInfo:
     """One of the job's steps, as the reference had it (times on the aligned axis)."""
 
@@ -165,6 +205,7 @@ class StepInfo:
     end_ns: int
     path: list[PathLink] = field(default_factory=list)
     what_if: WhatIf | None = None
+    tail: RolloutTail | None = None
 
     @property
     def length_ns(self) -> int:
@@ -192,6 +233,8 @@ class ProcessSteps:
     #: How far its busy time may be off in all, beyond ``uncertain_ns``: joined spans of
     #: its phases that overlapped, their union estimated (a process read in one pass).
     slack_ns: int = 0
+    #: Its model steps counted per step (a rollout engine's; None for another process).
+    batches: BatchCounts | None = None
 
     def idle_ns(self, i: int) -> int:
         """The step's time this process had no phase running (the bubble), or :data:`ABSENT`."""
@@ -366,6 +409,8 @@ def analyse(processes: Iterable[tuple[Member, ProcessSpans]]) -> StepAnalysis | 
         st.path = _path(model, spans_of, i)
     for st, what_if in zip(steps, _what_ifs(model)):
         st.what_if = what_if
+    for st, tail in zip(steps, _tails(model)):
+        st.tail = tail
     model.notes = _notes(model)
     return model
 
@@ -384,9 +429,12 @@ def _row(member: Member, spans: ProcessSpans, windows: list[Span], own: bool) ->
             if doubt > busy.uncertain[i]:
                 busy.uncertain[i] = doubt
     length = array("q", (b - a for a, b in windows))
+    counted = None
+    if len(spans.batches) or MODEL_STEPS.intersection(spans.phases):
+        counted = spans.batches.clip(windows)
     return ProcessSteps(
         member, spans.host, own, length, busy.cover, phases, busy.uncertain, split,
-        busy.outside, spans.busy.slack,
+        busy.outside, spans.busy.slack, counted,
     )  # fmt: skip
 
 
@@ -414,6 +462,12 @@ def _own_row(member: Member, spans: ProcessSpans, keys: list[str]) -> ProcessSte
     row.busy_ns = spread(row.busy_ns, 0)
     row.uncertain_ns = spread(row.uncertain_ns, 0)
     row.phases = {name: spread(v, 0) for name, v in row.phases.items()}
+    if row.batches is not None:
+        b = row.batches
+        row.batches = BatchCounts(
+            spread(b.model_steps, 0), spread(b.decode, 0), spread(b.tokens, 0),
+            spread(b.reqs, 0), spread(b.known, 0), b.cut,
+        )  # fmt: skip
     return row
 
 
@@ -517,6 +571,38 @@ def _what_ifs(model: StepAnalysis) -> list[WhatIf | None]:
     return best
 
 
+def _tails(model: StepAnalysis) -> list[RolloutTail | None]:
+    """Per step, its rollout long tail (see the module's docstring); None where no engine
+    ran."""
+    engines = [p for p in model.processes if p.batches is not None]
+    out: list[RolloutTail | None] = []
+    for i in range(len(model.steps)):
+        found = []
+        for p in engines:
+            b = p.batches
+            assert b is not None
+            rollout = sum(t[i] for name, t in p.phases.items() if name in MODEL_STEPS)
+            if rollout <= 0 and b.model_steps[i] <= 0:
+                continue
+            steps = b.model_steps[i]
+            whole = steps > 0 and b.known[i] == steps
+            decode = p.phases.get(DECODE)
+            found.append(
+                EngineStep(
+                    p.member, rollout, steps, b.decode[i], 0 if decode is None else decode[i],
+                    b.tokens[i] if whole else None, b.reqs[i] if whole else None,
+                )
+            )  # fmt: skip
+        if not found:
+            out.append(None)
+            continue
+        slowest = max(found, key=lambda e: e.rollout_ns)  # (a tie: the first, by role and rank)
+        median = statistics.median(e.rollout_ns for e in found)
+        share = (slowest.rollout_ns - median) / slowest.rollout_ns if slowest.rollout_ns else 0.0
+        out.append(RolloutTail(found, slowest.member, slowest.rollout_ns, median, share))
+    return out
+
+
 def _notes(model: StepAnalysis) -> list[str]:
     notes = []
     if model.every > 1:
@@ -529,6 +615,12 @@ def _notes(model: StepAnalysis) -> list[str]:
         notes.append(
             f"{len(own)} process(es) of {model.loop_role or 'the loop role'} with steps of their"
             " own: attributed to their own steps, matched by key"
+        )
+    cut = sum(p.batches.cut for p in model.processes if p.batches is not None)
+    if cut:
+        notes.append(
+            f"{cut} run(s) of model steps joined to bound memory crossed a step's edge: each"
+            " counted in the step holding its middle"
         )
     rough = [
         (p, max(p.uncertain_ns, default=0) + p.slack_ns)

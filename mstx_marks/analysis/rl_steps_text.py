@@ -1,6 +1,8 @@
 """The per-step model (:mod:`mstx_marks.analysis.rl_steps`) as ``summary`` prints it: a table of
-step x role x rank (busy, idle, top phases), a critical-path line per step and what the step
-would take if its slowest rank matched the median; and as JSON (every step, every process).
+step x role x rank (busy, idle, top phases), a critical-path line per step, what the step
+would take if its slowest rank matched the median and its rollout long tail (the slowest
+engine against the median, each engine's decode steps and tokens); and as JSON (every step,
+every process).
 
 The table shows at most :data:`MAX_SHOWN_STEPS` steps (the longest, in step order) and, per
 role and step, at most :data:`MAX_RANK_ROWS` ranks (else the busiest and the least busy); the
@@ -24,7 +26,13 @@ from __future__ import annotations
 import json
 from typing import IO, Any
 
-from mstx_marks.analysis.rl_steps import ProcessSteps, StepAnalysis, StepInfo
+from mstx_marks.analysis.rl_steps import (
+    EngineStep,
+    ProcessSteps,
+    RolloutTail,
+    StepAnalysis,
+    StepInfo,
+)
 
 __all__ = ["MAX_RANK_ROWS", "MAX_SHOWN_STEPS", "format_steps", "steps_json", "write_json"]
 
@@ -92,6 +100,28 @@ def _what_if_line(step: StepInfo) -> str | None:
     )
 
 
+def _tail_line(step: StepInfo) -> str | None:
+    t = step.tail
+    if t is None:
+        return None
+    shown = t.engines[:MAX_RANK_ROWS]
+    more = f" (first {len(shown)} of {len(t.engines)})" if len(shown) < len(t.engines) else ""
+
+    def tokens(e: EngineStep) -> str:
+        return "not known" if e.tokens is None else str(e.tokens)
+
+    n = len(t.engines)
+    return (
+        f"  rollout long tail: {n} engine{'s' * (n != 1)}, slowest {_name(t.slowest.label)}"
+        f" {_ms(t.slowest_ns)} ms vs median {_ms(t.median_ns)} ms"
+        f" ({t.waiting_share * 100:.0f} % of the rollout waiting for it); decode steps"
+        f"{more} "
+        + "/".join(str(e.decode_steps) for e in shown)
+        + ", tokens "
+        + "/".join(tokens(e) for e in shown)
+    )
+
+
 def format_steps(model: StepAnalysis) -> list[str]:
     """The per-step section of ``summary``'s table, as lines."""
     shown = _shown_steps(model)
@@ -132,6 +162,9 @@ def format_steps(model: StepAnalysis) -> list[str]:
         what_if = _what_if_line(step)
         if what_if:
             lines.append(what_if)
+        tail = _tail_line(step)
+        if tail:
+            lines.append(tail)
     if len(shown) < len(model.steps):
         lines.append(
             f"({len(model.steps) - len(shown)} other steps: the {MAX_SHOWN_STEPS} longest are"
@@ -148,6 +181,22 @@ def format_steps(model: StepAnalysis) -> list[str]:
 
 def _member(m: Any) -> dict[str, Any] | None:
     return None if m is None else {"role": m.role, "rank": m.rank, "key": m.key}
+
+
+def _tail_json(t: RolloutTail | None) -> dict[str, Any] | None:
+    """A step's rollout long tail (``tokens``/``reqs`` None: not known)."""
+    if t is None:
+        return None
+    return {
+        "slowest": _member(t.slowest),
+        "slowest_ns": t.slowest_ns,
+        "median_ns": t.median_ns,
+        "waiting_share": t.waiting_share,
+        "engines": [
+            {**(_member(e.member) or {}), **{k: v for k, v in vars(e).items() if k != "member"}}
+            for e in t.engines
+        ],
+    }
 
 
 def steps_json(model: StepAnalysis) -> dict[str, Any]:
@@ -198,6 +247,7 @@ def steps_json(model: StepAnalysis) -> dict[str, Any]:
                     for link in s.path
                 ],
                 "what_if": None if s.what_if is None else vars(s.what_if),
+                "rollout_tail": _tail_json(s.tail),
             }
             for s in model.steps
         ],

@@ -38,8 +38,9 @@ from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 from itertools import accumulate
 from operator import gt, itemgetter, sub
-from typing import Iterable, NamedTuple, Sequence
+from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
+from mstx_marks.analysis.batches import MODEL_STEPS, Batches
 from mstx_marks.analysis.steps import Step
 from mstx_marks.base.records import Span
 
@@ -370,9 +371,14 @@ class ProcessSpans:
     #: placed by, when its file says them (a spill's header); else ``""`` and None.
     host: str = ""
     anchor_ns: int | None = None
+    #: Its model-step ranges counted (a rollout engine's: :mod:`mstx_marks.analysis.batches`).
+    batches: Batches = field(default_factory=Batches)
 
-    def add(self, start: int, end: int, phase: str) -> None:
-        """Count one range of ``phase`` (a stage: not a step, not an automatic annotation)."""
+    def add(self, start: int, end: int, phase: str, args: Mapping[str, Any] | None = None) -> None:
+        """Count one range of ``phase`` (a stage: not a step, not an automatic annotation), and
+        its ``args`` if it is a model step (its batch's ``reqs`` and ``tokens``)."""
+        if phase in MODEL_STEPS:
+            self.batches.add(start, end, phase, args)
         spans = self.phases.get(phase)
         if spans is None:
             spans = self.phases[phase] = SpanSet()
@@ -435,6 +441,7 @@ class ProcessSpans:
             mine = self.phases.get(name)
             self.phases[name] = spans if mine is None else mine.merge(spans)
         self.busy.merge(other.busy)
+        self.batches.merge(other.batches)
         if len(other.step_starts):
             steps = {(s, e): k for s, e, k in [*self.steps(), *other.steps()]}
             ordered = sorted(steps)
@@ -463,6 +470,7 @@ class ProcessSpans:
             busy._set(*_union([s.spans() for s in phases], busy))
             busy.slack += sum(s.slack for s in phases)
         _compact_all([self.busy, *phases], limit, fences)
+        self.batches.finish()
         return self
 
     @property
@@ -484,10 +492,12 @@ def spans_of_ranges(
     steps: Iterable[Step],
     host: str = "",
     anchor_ns: int | None = None,
+    batches: Batches | None = None,
 ) -> ProcessSpans:
     """The finished :class:`ProcessSpans` of a process's phase ranges given as the breakdown
     takes them, ``(thread, start, -end, phase)`` (see
-    :func:`~mstx_marks.analysis.aggregate.breakdown`), and its own ``steps``.
+    :func:`~mstx_marks.analysis.aggregate.breakdown`), and its own ``steps``; its model steps
+    are ``batches`` when the reader counted them with their args, else counted here (without).
 
     >>> p = spans_of_ranges([(1, 0, -10, "gen"), (1, 2, -5, "x")], [])
     >>> p.busy.spans(), p.phases["x"].spans()
@@ -499,8 +509,11 @@ def spans_of_ranges(
     busy_s, busy_e = array("q"), array("q")
     last = -(1 << 63)
     flats: dict[str, tuple[array[int], array[int]]] = {}
+    count = found.batches.add if batches is None else None
     for _, s, neg_end, phase in sorted(ranges, key=itemgetter(1)):
         e = -neg_end
+        if count is not None and phase in MODEL_STEPS:
+            count(s, e, phase, None)
         if e <= s:
             continue
         if s > last:
@@ -521,5 +534,7 @@ def spans_of_ranges(
             ends[-1] = e
     found.phases = {phase: SpanSet.solid(*flat) for phase, flat in flats.items()}
     found.busy = SpanSet.solid(busy_s, busy_e)
+    if batches is not None:
+        found.batches = batches
     found.set_steps(steps)
     return found.finish()

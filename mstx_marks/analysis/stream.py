@@ -326,7 +326,7 @@ class StreamAggregator:
             self.hi = end
         if stage is not None:  # counted once whether it repeats the stage around it is known
             if self.spans is not None:
-                self.spans.add(start, end, stage)
+                self.spans.add(start, end, stage, args)
             frontier = self.frontiers.get(thread)
             if frontier is None:
                 frontier = self.frontiers[thread] = NestFrontier(self._settle)

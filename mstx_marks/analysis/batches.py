@@ -1,0 +1,199 @@
+"""A rollout engine's model steps counted in bounded memory: how many ranges of vLLM's / SGLang's
+model-step phases (:data:`MODEL_STEPS`) ran, how many of them decode, and the requests and tokens
+their batches held where the ranges carry them (``args={"reqs": n, "tokens": n}``, see
+:func:`mstx_marks.capture.presets.vllm.batch_args`); the per-step analysis
+(:mod:`mstx_marks.analysis.rl_steps`) attributes them to the job's steps.
+
+The ranges are kept as *runs*: a run is some consecutive ranges, its first start and last end
+and their counts summed. Up to :data:`~mstx_marks.analysis.spans.BUILD_LIMIT` runs are kept while
+ranges are added (each range its own run at first); past that, the runs separated by the
+shortest gaps are joined, as :class:`~mstx_marks.analysis.spans.SpanSet` joins its spans: a
+rollout's decode steps, milliseconds apart, join long before the gaps between RL steps (the
+training between two rollouts) do, so a step's counts stay exact unless a run spans its edge;
+such a run goes to the step holding its middle (and is counted: ``cut``).
+
+>>> b = Batches()
+>>> b.add(0, 10, "prefill_batch", {"reqs": 2, "tokens": 64})
+>>> b.add(12, 15, "decode_batch", {"reqs": 2, "tokens": 2})
+>>> b.add(100, 103, "decode_batch", None)
+>>> c = b.clip([(0, 50), (50, 200)])
+>>> list(c.model_steps), list(c.decode), list(c.tokens), list(c.known)
+([2, 1], [1, 1], [66, 0], [2, 0])
+"""
+
+from __future__ import annotations
+
+from array import array
+from bisect import bisect_right
+from operator import sub
+from typing import Any, Mapping, NamedTuple, Sequence
+
+from mstx_marks.base import phases
+
+__all__ = ["DECODE", "MODEL_STEPS", "BatchCounts", "Batches"]
+
+#: The phases one model step of a rollout engine is marked as (the registry's names).
+MODEL_STEPS = frozenset(
+    p.name
+    for p in (
+        phases.PREFILL_BATCH,
+        phases.DECODE_BATCH,
+        phases.MIXED_BATCH,
+        phases.VERIFY_BATCH,
+        phases.DRAFT_EXTEND_BATCH,
+    )
+)
+#: The decode model step's phase.
+DECODE = phases.DECODE_BATCH.name
+#: Runs kept while ranges are added (past it, half), and what a finished process ships.
+_BUILD = 1 << 14
+_SHIP = 2048
+#: Ranges added out of order wait in a list of this many, then are folded in at once.
+_BATCH = 8192
+#: The join gap before any compaction: no range joined as it comes.
+_NEVER = -(1 << 62)
+#: A run's fields, in the order of :attr:`Batches.fields`.
+_FIELDS = ("starts", "ends", "model_steps", "decode", "tokens", "reqs", "known")
+
+
+class BatchCounts(NamedTuple):
+    """Model steps counted in each of some windows (:meth:`Batches.clip`): ``model_steps``,
+    ``decode`` (of them decode), ``tokens`` and ``reqs`` summed over the ``known`` ranges that
+    carried them, per window; ``cut`` runs a window's edge cut (each given to one window)."""
+
+    model_steps: array[int]
+    decode: array[int]
+    tokens: array[int]
+    reqs: array[int]
+    known: array[int]
+    cut: int
+
+
+def _int(args: Mapping[str, Any], key: str) -> int | None:
+    value = args.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+class Batches:
+    """One process's model-step ranges as runs (see the module's docstring)."""
+
+    __slots__ = ("join_gap", "pending", *_FIELDS)
+
+    def __init__(self) -> None:
+        for name in _FIELDS:
+            setattr(self, name, array("q"))
+        self.starts: array[int]
+        self.ends: array[int]
+        self.model_steps: array[int]
+        self.decode: array[int]
+        self.tokens: array[int]
+        self.reqs: array[int]
+        self.known: array[int]
+        #: Runs that came out of order, to fold in.
+        self.pending: list[tuple[int, ...]] = []
+        #: A range this close after the last run is joined to it as it comes (set once the
+        #: runs were compacted: it would be joined at the next compaction anyway; before, none).
+        self.join_gap = _NEVER
+
+    def __len__(self) -> int:
+        return len(self.starts) + len(self.pending)
+
+    def add(self, start: int, end: int, phase: str, args: Mapping[str, Any] | None) -> None:
+        """Count one range of ``phase`` (nothing unless one of :data:`MODEL_STEPS`)."""
+        if phase not in MODEL_STEPS or end < start:
+            return
+        tokens = reqs = None
+        if args:
+            tokens, reqs = _int(args, "tokens"), _int(args, "reqs")
+        known = tokens is not None
+        run = (start, end, 1, phase == DECODE, tokens or 0, reqs or 0, known)
+        starts = self.starts
+        if starts and start < starts[-1]:
+            self.pending.append(run)
+            if len(self.pending) >= _BATCH:
+                self._fold()
+            return
+        if starts and start - self.ends[-1] <= self.join_gap:
+            self._join_last(run)
+            return
+        for name, value in zip(_FIELDS, run):
+            getattr(self, name).append(value)
+        if len(starts) > _BUILD:
+            self.join_gap = max(self.join_gap, self.compact(_BUILD // 2))
+
+    def _join_last(self, run: tuple[int, ...]) -> None:
+        if run[1] > self.ends[-1]:
+            self.ends[-1] = run[1]
+        for name, value in zip(_FIELDS[2:], run[2:]):
+            getattr(self, name)[-1] += value
+
+    def runs(self) -> list[tuple[int, ...]]:
+        """Each run's fields (start, end, model steps, decode, tokens, reqs, known), in
+        order (out-of-order ranges folded first)."""
+        self._fold()
+        return list(zip(*(getattr(self, name) for name in _FIELDS)))
+
+    def _set(self, runs: Sequence[tuple[int, ...]]) -> None:
+        columns = list(zip(*runs)) if runs else [()] * len(_FIELDS)
+        for name, column in zip(_FIELDS, columns):
+            setattr(self, name, array("q", column))
+
+    def _fold(self) -> None:
+        if self.pending:
+            pending, self.pending = self.pending, []
+            self._set(sorted([*zip(*(getattr(self, n) for n in _FIELDS)), *pending]))
+            if len(self.starts) > _BUILD:
+                self.compact(_BUILD // 2)
+
+    def merge(self, other: Batches) -> Batches:
+        """Count ``other``'s ranges too (another part of the same process); returns itself."""
+        self.pending += other.runs()
+        self.join_gap = max(self.join_gap, other.join_gap)
+        self._fold()
+        return self
+
+    def compact(self, limit: int) -> int:
+        """Join neighbouring runs, the shortest gaps first, until at most ``limit`` are left;
+        returns the widest gap joined (0: none)."""
+        self._fold()
+        n = len(self.starts)
+        if n <= max(limit, 1):
+            return 0
+        gaps = list(map(sub, self.starts[1:], self.ends[:-1]))  # gaps[i]: after run i
+        widest = sorted(gaps)[n - max(limit, 1) - 1]
+        out: list[list[int]] = []
+        for i, run in enumerate(zip(*(getattr(self, name) for name in _FIELDS))):
+            if out and gaps[i - 1] <= widest:
+                last = out[-1]
+                last[1] = max(last[1], run[1])
+                for k in range(2, len(_FIELDS)):
+                    last[k] += run[k]
+            else:
+                out.append(list(run))
+        self._set([tuple(r) for r in out])
+        return max(int(widest), 0)
+
+    def finish(self) -> Batches:
+        """Join runs down to what a worker ships; returns itself."""
+        self.compact(_SHIP)
+        return self
+
+    def clip(self, windows: Sequence[tuple[int, int]]) -> BatchCounts:
+        """The counts in each of ``windows`` (sorted, disjoint): each run goes to the window
+        holding its middle (none: counted nowhere)."""
+        self._fold()
+        n = len(windows)
+        sums = [array("q", [0]) * n for _ in range(5)]
+        firsts = [a for a, _ in windows]
+        cut = 0
+        for run in zip(*(getattr(self, name) for name in _FIELDS)):
+            start, end = run[0], run[1]
+            w = bisect_right(firsts, (start + end) // 2) - 1
+            if w < 0 or (start + end) // 2 >= windows[w][1]:
+                continue
+            if start < windows[w][0] or end > windows[w][1]:
+                cut += 1
+            for column, value in zip(sums, run[2:]):
+                column[w] += value
+        steps, decode, tokens, reqs, known = sums
+        return BatchCounts(steps, decode, tokens, reqs, known, cut)
