@@ -10,7 +10,6 @@ import statistics
 from pathlib import Path
 
 import pytest
-
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -220,3 +219,31 @@ def test_the_tail_holds_its_invariants(engines: list[list[tuple[int, int, bool]]
         assert tail.slowest_ns >= tail.median_ns
         assert sum(e.decode_steps for e in tail.engines) == inside[i]
         assert all(e.tokens == e.model_steps for e in tail.engines)
+
+
+_ranges = st.lists(
+    st.tuples(st.integers(0, 999), st.integers(0, 50), st.booleans(), st.booleans()),
+    max_size=60,
+)
+
+
+@settings(max_examples=80, deadline=None)
+@given(_ranges, st.integers(0, 60))
+def test_counts_in_any_order_and_parts_are_each_ranges_by_its_middle(
+    ranges: list[tuple[int, int, bool, bool]], cut: int
+) -> None:
+    """Ranges added in any order, in two parts merged: each counted once, in the window holding
+    its middle (no run joined at this size), tokens only from those that carried them."""
+    parts = [Batches(), Batches()]
+    for n, (start, length, decode, args) in enumerate(ranges):
+        phase = "decode_batch" if decode else "prefill_batch"
+        parts[n >= cut].add(start, start + length, phase, {"tokens": 3} if args else None)
+    b = parts[0].merge(parts[1])
+    windows = [(0, 300), (300, 700), (700, 1100)]
+    got = b.clip(windows)
+    for w, (lo, hi) in enumerate(windows):
+        here = [r for r in ranges if lo <= (2 * r[0] + r[1]) // 2 < hi]
+        assert got.model_steps[w] == len(here)
+        assert got.decode[w] == sum(r[2] for r in here)
+        assert got.known[w] == sum(r[3] for r in here)
+        assert got.tokens[w] == 3 * got.known[w]
