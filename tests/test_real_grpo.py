@@ -32,8 +32,7 @@ from pathlib import Path
 
 import pytest
 from support.engine_run import clean_env, run_scenario
-from support.grpo_job import Job, ProcessRanges, cli, grpo_python, process_ranges
-from support.grpo_runs import INSTRUMENT
+from support.grpo_job import INSTRUMENT, Job, ProcessRanges, cli, grpo_python, process_ranges
 
 STEPS = [1, 2]
 #: verl's trainer timers, in the TaskRunner: once per step each.

@@ -12,16 +12,11 @@ afterwards). A pytest plugin: tests/conftest.py names it in ``pytest_plugins``.
 
 from __future__ import annotations
 
-import os
-import shutil
-from pathlib import Path
-
 import pytest
 
-from .grpo_job import Job, grpo_python, launch
+from .grpo_job import INSTRUMENT, Job, grpo_python, launch, run_folder
 
 JOB_TIMEOUT_S = 600  # about 190 s on an idle machine; 400 s seen with other jobs running
-INSTRUMENT = "verl,vllm"
 #: The seed guide's hand edits, as recipes (tests/test_real_grpo_recipes.py says what each holds).
 CAPTURE = ";".join(
     (
@@ -32,24 +27,14 @@ CAPTURE = ";".join(
 )
 
 
-def _folder(factory: pytest.TempPathFactory, name: str) -> Path:
-    kept = os.environ.get("GRPO_TEST_DIR")
-    if not kept:
-        return factory.mktemp(name)
-    path = Path(kept) / name
-    shutil.rmtree(path, ignore_errors=True)
-    path.mkdir(parents=True)
-    return path
-
-
 @pytest.fixture(scope="session")
 def grpo_plain(tmp_path_factory: pytest.TempPathFactory) -> Job:
-    return launch(grpo_python(), _folder(tmp_path_factory, "grpo-plain"), None, JOB_TIMEOUT_S)
+    return launch(grpo_python(), run_folder(tmp_path_factory, "grpo-plain"), None, JOB_TIMEOUT_S)
 
 
 @pytest.fixture(scope="session")
 def grpo_marked(tmp_path_factory: pytest.TempPathFactory) -> Job:
-    where = _folder(tmp_path_factory, "grpo-marked")
+    where = run_folder(tmp_path_factory, "grpo-marked")
     settings = {
         "MSTX_MARKS_INSTRUMENT": INSTRUMENT,
         "MSTX_MARKS_OUT": str(where / "out"),
