@@ -16,7 +16,7 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 def _readme_block(heading: str) -> str:
     text = README.read_text(encoding="utf-8")
     section = text[text.index(heading) :]
-    return re.search(r"```python\n(.*?)```", section, re.S).group(1)  # type: ignore[union-attr]
+    return re.search(r"```python[^\n]*\n(.*?)```", section, re.S).group(1)  # type: ignore[union-attr]
 
 
 def test_own_program_from_the_readme(tmp_path: Path) -> None:

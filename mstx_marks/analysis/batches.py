@@ -98,6 +98,17 @@ class Batches:
     def __len__(self) -> int:
         return len(self.starts) + len(self.pending)
 
+    def __eq__(self, other: object) -> bool:
+        """The same runs (what is pending folded in first): a process read whole and one read
+        an event at a time are the same part."""
+        if not isinstance(other, Batches):
+            return NotImplemented
+        self._fold()
+        other._fold()
+        return all(getattr(self, name) == getattr(other, name) for name in _FIELDS)
+
+    __hash__ = None  # type: ignore[assignment]  # (mutable)
+
     def add(self, start: int, end: int, phase: str, args: Mapping[str, Any] | None) -> None:
         """Count one range of ``phase`` (nothing unless one of :data:`MODEL_STEPS`)."""
         if phase not in MODEL_STEPS or end < start:

@@ -471,6 +471,10 @@ def _own_row(member: Member, spans: ProcessSpans, keys: list[str]) -> ProcessSte
     return row
 
 
+#: The reference's longest phases of a step that its critical path is chosen from.
+PATH_PHASES = 256
+
+
 def _children(spans: ProcessSpans, a: int, b: int) -> list[PathLink]:
     """The reference's phases inside ``[a, b)`` (its own clock), nested ones left out."""
     found = []
@@ -480,10 +484,12 @@ def _children(spans: ProcessSpans, a: int, b: int) -> list[PathLink]:
             time = s.cover_in(a, b)
             if time > 0:
                 found.append((name, s, extent, time))
-    # the longest first: a phase is left out when one kept before holds all its time
+    # the longest first: a phase is left out when one kept before holds all its time. Only
+    # the longest PATH_PHASES can set the step's length; the rest would make this quadratic
+    # (a loop of 50,000 phase names took minutes).
     found.sort(key=lambda f: (-f[3], f[0]))
     kept: list[tuple[str, SpanSet, tuple[int, int], int]] = []
-    for f in found:
+    for f in found[:PATH_PHASES]:
         if not any(_inside(f[1], k[1], a, b) for k in kept):
             kept.append(f)
     return [PathLink(name, lo, hi, time) for name, _, (lo, hi), time in kept]

@@ -78,6 +78,10 @@ def _rows_of_step(model: StepAnalysis, i: int) -> list[tuple[ProcessSteps, str]]
     return out
 
 
+#: The critical path's phases a line shows at most (the JSON holds them all).
+MAX_PATH_LINKS = 12
+
+
 def _path_line(step: StepInfo) -> str:
     links = []
     for link in step.path:
@@ -85,6 +89,13 @@ def _path_line(step: StepInfo) -> str:
         if link.waited is not None:
             text += f" (last: {_name(link.waited.label)} {_name(link.waited_phase)})"
         links.append(text)
+    if len(links) > MAX_PATH_LINKS:  # a loop of thousands of phases: its head and its end
+        cut = len(links) - MAX_PATH_LINKS + 1
+        links = [
+            *links[: MAX_PATH_LINKS // 2],
+            f"... {cut} more",
+            *links[-(MAX_PATH_LINKS // 2 - 1) :],
+        ]
     return "  critical path: " + (" > ".join(links) if links else "no phase of the reference")
 
 
