@@ -13,6 +13,7 @@ from sybil.example import SybilFailure
 
 from mstx_marks.base import phases
 from mstx_marks.export import export_rank
+from mstx_marks.profiling import windows
 
 DOCS = ROOT / "docs"
 PAGES = [
@@ -51,6 +52,9 @@ def test_every_block_of_the_page_runs_or_says_why_not(page: Path, page_folder: P
     outcome = run_page(page)
     assert sorted([*outcome.ran, *outcome.skipped]) == [b.line for b in blocks(page)]
     assert all(why.strip() for why in outcome.skipped.values()), outcome.skipped
+    # A page that leaves a capture hooked in fails here, not in whichever test runs next
+    # (verl-ascend's capture_steps example once left Decoder.step hooked for test_recipes).
+    assert windows._sites == {}, f"{page.name} left these methods hooked: {list(windows._sites)}"
 
 
 def test_the_pages_that_teach_code_run_it() -> None:
