@@ -25,8 +25,9 @@ from mstx_marks.base import env
 # --doctest-modules would import these: support/no_torch.py blocks torch for the rest of the
 # run, and engines/ holds scripts for the engines' own venvs (ray, vLLM).
 collect_ignore = ["support", "engines"]
-# The real GRPO job's runs, shared by the tests that read them (session fixtures).
-pytest_plugins = ["support.grpo_runs"]
+# The real engines' runs made in the background, and the GRPO job's runs shared by the tests that
+# read them (session fixtures).
+pytest_plugins = ["support.background", "support.grpo_runs"]
 
 #: Every variable the library reads (env.VARIABLES is their one home), and the rank.
 ENV_VARS = (*(v.name for v in env.VARIABLES), "RANK")

@@ -6,10 +6,11 @@ and ``MSTX_MARKS_OUT`` set, vLLM's ``vllm.general_plugins`` entry point activate
 each of its three processes: the front end, the EngineCore (``vllm_one_step`` once per model
 step) and the worker (``prefill_batch`` / ``decode_batch`` / ``mixed_batch`` and ``sampling``).
 
-Four launches (about 35 s each), shared by the tests: without any variable (the reference
-tokens), with the variables, with ``MSTX_MARKS_SAMPLE="vllm_one_step=window(2,5)"`` too, and
-with the analysis presets (``vllm_dp``: dp_analysis's step ranges and scheduler markers;
-``vllm_modules``: a range per module call of the real model).
+Four launches (about 35 s each, made in the background: support/background.py), shared by the
+tests: without any variable (the reference tokens), with the variables, with
+``MSTX_MARKS_SAMPLE="vllm_one_step=window(2,5)"`` too, and with the analysis presets
+(``vllm_dp``: dp_analysis's step ranges and scheduler markers; ``vllm_modules``: a range per
+module call of the real model).
 """
 
 from __future__ import annotations
@@ -22,26 +23,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support import background
 from support.engine_run import (
+    MODEL_STEP_KINDS,
     VllmProcesses,
     chrome_counts,
     clean_env,
     counts,
     files_by_pid,
     read_json,
-    run_scenario,
     venv_python,
     vllm_processes,
 )
+from support.vllm_launch import launch_commands
 
 from mstx_marks.base.records import RangeRecord, RankTrace
-
-LAUNCH_TIMEOUT_S = 300
-MODEL_STEP_KINDS = ("prefill_batch", "decode_batch", "mixed_batch")
-VLLM_ENV = {
-    "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB; without it the worker takes most of the RAM
-    "VLLM_ENABLE_V1_MULTIPROCESSING": "1",  # the default, said out loud
-}
 
 
 @dataclass
@@ -60,54 +56,36 @@ class Launch:
         return list(self.result["calls"])
 
 
+def _planned(
+    factory: pytest.TempPathFactory, name: str, settings: dict[str, str] | None
+) -> background.Planned[Launch]:
+    where = factory.mktemp(name)
+    commands = launch_commands(venv_python("vllm"), factory, where, settings)
+    return background.Planned(
+        commands, lambda ran: Launch(read_json(where / "result.json"), where / "out")
+    )
+
+
 @pytest.fixture(scope="module")
 def vllm_python() -> Path:
     return venv_python("vllm")
 
 
-@pytest.fixture(scope="module")
-def tiny_model(vllm_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("tiny-llama")
-    script = Path(__file__).parent / "support" / "tiny_llm.py"
-    subprocess.run(
-        [str(vllm_python), str(script), str(folder)],
-        env=clean_env(), check=True, capture_output=True, timeout=300,
-    )  # fmt: skip
-    return folder
-
-
-def _launch(python: Path, model: Path, where: Path, settings: dict[str, str] | None) -> Launch:
-    out = where / "out"
-    env = clean_env(**VLLM_ENV)
-    if settings is not None:
-        env.update(MSTX_MARKS_OUT=str(out), **settings)
-    result = where / "result.json"
-    run_scenario(
-        python, "vllm_generate.py", [model, result], env, timeout=LAUNCH_TIMEOUT_S, cwd=where
-    )
-    return Launch(read_json(result), out)
-
-
-@pytest.fixture(scope="module")
-def plain(vllm_python: Path, tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Launch:
+@background.run()
+def plain(tmp_path_factory: pytest.TempPathFactory) -> background.Planned[Launch]:
     """No MSTX_MARKS_* variable at all."""
-    return _launch(vllm_python, tiny_model, tmp_path_factory.mktemp("plain"), None)
+    return _planned(tmp_path_factory, "plain", None)
 
 
-@pytest.fixture(scope="module")
-def marked(vllm_python: Path, tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Launch:
-    return _launch(
-        vllm_python, tiny_model, tmp_path_factory.mktemp("marked"),
-        {"MSTX_MARKS_INSTRUMENT": "vllm"},
-    )  # fmt: skip
+@background.run()
+def marked(tmp_path_factory: pytest.TempPathFactory) -> background.Planned[Launch]:
+    return _planned(tmp_path_factory, "marked", {"MSTX_MARKS_INSTRUMENT": "vllm"})
 
 
-@pytest.fixture(scope="module")
-def sampled(
-    vllm_python: Path, tiny_model: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Launch:
-    return _launch(
-        vllm_python, tiny_model, tmp_path_factory.mktemp("sampled"),
+@background.run()
+def sampled(tmp_path_factory: pytest.TempPathFactory) -> background.Planned[Launch]:
+    return _planned(
+        tmp_path_factory, "sampled",
         {"MSTX_MARKS_INSTRUMENT": "vllm", "MSTX_MARKS_SAMPLE": "vllm_one_step=window(2,5)"},
     )  # fmt: skip
 
@@ -238,14 +216,11 @@ def test_summary_counts_both_processes(marked: Launch, vllm_python: Path) -> Non
 # --- the analysis presets in the real engine: dp_analysis's step ranges, module ranges ----------
 
 
-@pytest.fixture(scope="module")
-def analysed(
-    vllm_python: Path, tiny_model: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Launch:
-    return _launch(
-        vllm_python, tiny_model, tmp_path_factory.mktemp("analysed"),
-        {"MSTX_MARKS_INSTRUMENT": "vllm,vllm_dp,vllm_modules"},
-    )  # fmt: skip
+@background.run()
+def analysed(tmp_path_factory: pytest.TempPathFactory) -> background.Planned[Launch]:
+    return _planned(
+        tmp_path_factory, "analysed", {"MSTX_MARKS_INSTRUMENT": "vllm,vllm_dp,vllm_modules"}
+    )
 
 
 def test_dp_step_ranges_and_markers_come_from_the_real_scheduler(analysed: Launch) -> None:

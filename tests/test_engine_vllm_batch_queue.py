@@ -19,32 +19,25 @@ from __future__ import annotations
 
 import hashlib
 import json
-import subprocess
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from support import engine_venvs
+from support import background, engine_venvs
 from support.engine_run import (
+    MODEL_STEP_KINDS,
     VllmProcesses,
-    clean_env,
     counts,
     read_json,
-    run_scenario,
     venv_python,
     vllm_processes,
 )
+from support.vllm_launch import launch_commands
 
 from mstx_marks.base.records import RangeRecord, RankTrace
 
-LAUNCH_TIMEOUT_S = 300
-MODEL_STEP_KINDS = ("prefill_batch", "decode_batch", "mixed_batch")
-VLLM_ENV = {
-    "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB; without it the worker takes most of the RAM
-    "VLLM_ENABLE_V1_MULTIPROCESSING": "1",  # the default, said out loud
-}
 PLUGIN = Path(__file__).parent / "support" / "vllm_batch_queue"
 
 
@@ -71,25 +64,14 @@ def install_batch_queue_plugin(python: Path) -> None:
         stamp.write_text(wanted)
 
 
-@pytest.fixture(scope="module")
-def vllm_python() -> Path:
+def batch_queue_python() -> Path:
+    """The vllm venv's python with the batch-queue test plugin in it (or a skip)."""
     python = venv_python("vllm")
     try:
         install_batch_queue_plugin(python)
     except engine_venvs.EngineVenvError as ex:
         pytest.skip(f"the batch-queue test plugin cannot be installed in the vllm venv: {ex}")
     return python
-
-
-@pytest.fixture(scope="module")
-def tiny_model(vllm_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("tiny-llama")
-    script = Path(__file__).parent / "support" / "tiny_llm.py"
-    subprocess.run(
-        [str(vllm_python), str(script), str(folder)],
-        env=clean_env(), check=True, capture_output=True, timeout=300,
-    )  # fmt: skip
-    return folder
 
 
 @dataclass
@@ -105,43 +87,41 @@ class Launch:
         return list(self.result["calls"])
 
 
-def _launch(python: Path, model: Path, where: Path, settings: dict[str, str] | None) -> Launch:
-    out, counted = where / "out", where / "counts"
+def _planned(
+    factory: pytest.TempPathFactory, name: str, settings: dict[str, str] | None
+) -> background.Planned[Launch]:
+    where = factory.mktemp(name)
+    counted = where / "counts"
     counted.mkdir()
-    env = clean_env(**VLLM_ENV, MSTX_TEST_BATCH_QUEUE_OUT=str(counted))
-    if settings is not None:
-        env.update(MSTX_MARKS_OUT=str(out), **settings)
-    result = where / "result.json"
-    run_scenario(
-        python, "vllm_generate.py", [model, result], env, timeout=LAUNCH_TIMEOUT_S, cwd=where
+    commands = launch_commands(
+        batch_queue_python(), factory, where, settings, {"MSTX_TEST_BATCH_QUEUE_OUT": str(counted)}
     )
-    files = sorted(counted.glob("*.json"))
-    assert len(files) == 1, files  # one process ran the engine: the EngineCore
-    return Launch(read_json(result), out, json.loads(files[0].read_text()))
+
+    def read(ran: background.Ran) -> Launch:
+        files = sorted(counted.glob("*.json"))
+        assert len(files) == 1, files  # one process ran the engine: the EngineCore
+        return Launch(
+            read_json(where / "result.json"), where / "out", json.loads(files[0].read_text())
+        )
+
+    return background.Planned(commands, read)
 
 
-@pytest.fixture(scope="module")
-def reference(
-    vllm_python: Path, tiny_model: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Launch:
+@background.run()
+def reference(tmp_path_factory: pytest.TempPathFactory) -> background.Planned[Launch]:
     """The batch-queue loop with no MSTX_MARKS_* variable."""
-    return _launch(vllm_python, tiny_model, tmp_path_factory.mktemp("bq-plain"), None)
+    return _planned(tmp_path_factory, "bq-plain", None)
 
 
-@pytest.fixture(scope="module")
-def both(vllm_python: Path, tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Launch:
-    return _launch(
-        vllm_python, tiny_model, tmp_path_factory.mktemp("bq-both"),
-        {"MSTX_MARKS_INSTRUMENT": "vllm,vllm_dp"},
-    )  # fmt: skip
+@background.run()
+def both(tmp_path_factory: pytest.TempPathFactory) -> background.Planned[Launch]:
+    return _planned(tmp_path_factory, "bq-both", {"MSTX_MARKS_INSTRUMENT": "vllm,vllm_dp"})
 
 
-@pytest.fixture(scope="module")
-def windowed(
-    vllm_python: Path, tiny_model: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Launch:
-    return _launch(
-        vllm_python, tiny_model, tmp_path_factory.mktemp("bq-window"),
+@background.run()
+def windowed(tmp_path_factory: pytest.TempPathFactory) -> background.Planned[Launch]:
+    return _planned(
+        tmp_path_factory, "bq-window",
         {"MSTX_MARKS_INSTRUMENT": "vllm", "MSTX_MARKS_SAMPLE": "vllm_one_step=window(2,5)"},
     )  # fmt: skip
 

@@ -21,6 +21,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from support import background
+from support.engine_run import MODEL_STEP_KINDS
 from support.grpo_job import MarkedRun, cli, marked_run, overlap_ns
 
 JOB_TIMEOUT_S = 900  # about 160 s on an idle machine; 260 s seen with other jobs running
@@ -44,11 +46,10 @@ WORKER_STAGES = {
     "ref_compute_log_prob": ("ref_compute_log_prob", "compute_ref_log_prob"),
     "actor_update": ("actor_update", "update_actor"),
 }
-MODEL_STEP_KINDS = ("prefill_batch", "decode_batch", "mixed_batch")
 
 
-@pytest.fixture(scope="module")
-def run(tmp_path_factory: pytest.TempPathFactory) -> MarkedRun:
+@background.run()
+def run(tmp_path_factory: pytest.TempPathFactory) -> background.Planned[MarkedRun]:
     return marked_run(
         tmp_path_factory, "one-step-off-marked", "verl_one_step_off.py", JOB_TIMEOUT_S
     )

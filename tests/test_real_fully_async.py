@@ -20,6 +20,7 @@ import re
 from pathlib import Path
 
 import pytest
+from support import background
 from support.grpo_job import MarkedRun, cli, marked_run, overlap_ns
 
 JOB_TIMEOUT_S = 900  # about 220 s on an idle machine
@@ -30,8 +31,8 @@ SYNCS = len(STEPS) + 1
 _TRAINER_STEP = re.compile(r"\[FullyAsyncTrainer\] global_steps: (\d+) ")
 
 
-@pytest.fixture(scope="module")
-def run(tmp_path_factory: pytest.TempPathFactory) -> MarkedRun:
+@background.run()
+def run(tmp_path_factory: pytest.TempPathFactory) -> background.Planned[MarkedRun]:
     return marked_run(tmp_path_factory, "fully-async-marked", "verl_fully_async.py", JOB_TIMEOUT_S)
 
 

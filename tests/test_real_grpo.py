@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from support.engine_run import clean_env, run_scenario
+from support.engine_run import MODEL_STEP_KINDS, clean_env, run_scenario
 from support.grpo_job import INSTRUMENT, Job, ProcessRanges, cli, grpo_python, process_ranges
 
 STEPS = [1, 2]
@@ -43,7 +43,6 @@ WORKER_STAGES = {
     "ref_compute_log_prob": ("ref_compute_log_prob", "compute_ref_log_prob"),
     "actor_update": ("actor_update", "update_actor"),
 }
-MODEL_STEP_KINDS = ("prefill_batch", "decode_batch", "mixed_batch")
 _RAY_PREFIX = re.compile(r"\((\w+) pid=(\d+)\)")
 
 

@@ -5,17 +5,15 @@ what the processes it started wrote under an ``MSTX_MARKS_OUT`` folder.
 (so the entry points are registered) and skips the test, with the reason, when that cannot be
 done. ``run_scenario`` runs a script with a clean environment (no ``MSTX_MARKS_*``, ``RANK`` or
 ``PYTHONPATH`` leaking in from the test process) and a bounded time, and fails with the end of
-its output when it fails.
+its output when it fails; ``scenario`` is that command, for a run made in the background
+(background.py).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import signal
 import socket
-import subprocess
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -25,10 +23,12 @@ from typing import Any
 import pytest
 
 from . import engine_venvs
+from .background import Command, run_inline
 from .engine_venvs import REPO
 
 ENGINES = REPO / "tests" / "engines"
-OUTPUT_TAIL = 6000
+#: The worker's model-step ranges (the vllm preset), one per forward.
+MODEL_STEP_KINDS = ("prefill_batch", "decode_batch", "mixed_batch")
 
 
 def venv_python(name: str) -> Path:
@@ -49,13 +49,27 @@ def clean_env(**settings: str) -> dict[str, str]:
     """This process's environment without anything that would change the scenario, plus
     ``settings``."""
     env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith("MSTX_MARKS_")
-        and k not in ("RANK", "PYTHONPATH", "PYTHONHOME", "RAY_ADDRESS")
+        k: v for k, v in os.environ.items() if not k.startswith("MSTX_MARKS_") and k not in _LEAKY
     }
     env.update(settings)
     return env
+
+
+def scenario(
+    python: Path,
+    script: str,
+    args: Iterable[object],
+    env: Mapping[str, str],
+    *,
+    timeout: float,
+    cwd: Path,
+) -> Command:
+    """The command that runs ``tests/engines/<script>`` in ``cwd`` (its output kept in
+    ``cwd/<script>.out``): for a background run's plan, or :func:`run_scenario`."""
+    return Command(
+        argv=(str(python), str(ENGINES / script), *map(str, args)),
+        env=dict(env), cwd=cwd, timeout=timeout, output=cwd / f"{script}.out", label=script,
+    )  # fmt: skip
 
 
 def run_scenario(
@@ -67,26 +81,11 @@ def run_scenario(
     timeout: float,
     cwd: Path,
 ) -> str:
-    """Run ``tests/engines/<script>`` and return its output; fail with its tail if it fails.
-
-    It runs in a session of its own, so that on a timeout the whole group (vLLM's EngineCore
-    and workers, a local Ray cluster) is killed with it, not left behind.
-    """
-    cmd = [str(python), str(ENGINES / script), *map(str, args)]
-    proc = subprocess.Popen(
-        cmd, env=dict(env), cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, text=True, start_new_session=True,
-    )  # fmt: skip
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
-        pytest.fail(f"{script} did not end within {timeout:.0f} s:\n{out[-OUTPUT_TAIL:]}")
-    if proc.returncode != 0:
-        pytest.fail(f"{script} exited with {proc.returncode}:\n{out[-OUTPUT_TAIL:]}")
-    return out
+    """Run ``tests/engines/<script>`` now and return its output; fail with its tail if it fails
+    or outlives ``timeout`` (the whole process group is killed then: vLLM's EngineCore and
+    workers, a local Ray cluster)."""
+    command = scenario(python, script, args, env, timeout=timeout, cwd=cwd)
+    return run_inline([command]).output
 
 
 def read_json(path: Path) -> Any:

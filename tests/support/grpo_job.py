@@ -5,13 +5,14 @@ minutes, see engine_venvs.py) with this repository (editable, ``--no-deps``: its
 and the CPU test plugins (``tests/support/cpu_plugins``: editable, plus the metadata-only
 ``vllm`` alias) installed; it skips the test when that cannot be done.
 
-``launch()`` runs ``tests/engines/verl_grpo.py`` (the job, bounded, cleaned up after; another
-runner of tests/engines sharing its verl_job.py, e.g. ``verl_one_step_off.py``, when named) and
-returns what it reported and printed. ``metric_lines()`` parses verl's console logger lines
-(``step:1 - key:value - ...``). What mstx_marks wrote is read through its CLI
-(``summary --json``, ``coverage``) and, for the per-process view, by ``process_ranges()``: the
-one place that reads spill files directly. ``marked_run()`` is one marked run of a runner with
-its processes read back (the asynchronous modes' tests share one each).
+``launch()`` plans a run of ``tests/engines/verl_grpo.py`` (the job, bounded, cleaned up after;
+another runner of tests/engines sharing its verl_job.py, e.g. ``verl_one_step_off.py``, when
+named) for the background (background.py), and reads what it reported and printed.
+``metric_lines()`` parses verl's console logger lines (``step:1 - key:value - ...``). What
+mstx_marks wrote is read through its CLI (``summary --json``, ``coverage``) and, for the
+per-process view, by ``process_ranges()``: the one place that reads spill files directly.
+``marked_run()`` plans one marked run of a runner with its processes read back (the
+asynchronous modes' tests share one each).
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ import re
 import shutil
 import statistics
 import subprocess
-import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,8 +31,8 @@ from typing import Any, Optional
 
 import pytest
 
-from . import engine_venvs
-from .engine_run import clean_env, run_scenario, venv_python
+from . import background, engine_venvs
+from .engine_run import clean_env, scenario, venv_python
 
 #: The presets a marked run arms (``MSTX_MARKS_INSTRUMENT``).
 INSTRUMENT = "verl,vllm"
@@ -114,24 +114,26 @@ def launch(
     settings: Optional[dict[str, str]],
     timeout: float,
     runner: str = "verl_grpo.py",
-) -> Job:
-    """Run the job of ``tests/engines/<runner>`` in ``where``; ``settings`` (MSTX_MARKS_*) go
-    into its environment."""
+) -> background.Planned[Job]:
+    """The run of the job of ``tests/engines/<runner>`` in ``where``; ``settings``
+    (MSTX_MARKS_*) go into its environment."""
     result = where / "result.json"
     env = clean_env()
     out = None
     if settings is not None:
         env.update(settings)
         out = Path(settings["MSTX_MARKS_OUT"]) if "MSTX_MARKS_OUT" in settings else None
-    started = time.monotonic()
-    run_scenario(
+    command = scenario(
         python, runner, [where / "work", result, timeout], env,
         timeout=timeout + 90, cwd=where,
     )  # fmt: skip
-    wall = time.monotonic() - started
-    report = json.loads(result.read_text())
-    log = Path(report["log"]).read_text(errors="replace")
-    return Job(report, log, out, wall, metric_lines(log))
+
+    def read(ran: background.Ran) -> Job:
+        report = json.loads(result.read_text())
+        log = Path(report["log"]).read_text(errors="replace")
+        return Job(report, log, out, ran.wall_s, metric_lines(log))
+
+    return background.Planned([command], read)
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -257,11 +259,16 @@ class MarkedRun:
 
 def marked_run(
     factory: pytest.TempPathFactory, name: str, runner: str, timeout: float
-) -> MarkedRun:
-    """Run ``tests/engines/<runner>`` once, marked, in :func:`run_folder` ``name``."""
+) -> background.Planned[MarkedRun]:
+    """One marked run of ``tests/engines/<runner>`` in :func:`run_folder` ``name``."""
     python = grpo_python()
     where = run_folder(factory, name)
     settings = {"MSTX_MARKS_INSTRUMENT": INSTRUMENT, "MSTX_MARKS_OUT": str(where / "out")}
-    job = launch(python, where, settings, timeout, runner=runner)
-    spilled = job.out is not None and (job.out / "spill").is_dir()
-    return MarkedRun(python, job, process_ranges(python, where / "out") if spilled else [])
+    planned = launch(python, where, settings, timeout, runner=runner)
+
+    def read(ran: background.Ran) -> MarkedRun:
+        job = planned.read(ran)
+        spilled = job.out is not None and (job.out / "spill").is_dir()
+        return MarkedRun(python, job, process_ranges(python, where / "out") if spilled else [])
+
+    return background.Planned(planned.commands, read)

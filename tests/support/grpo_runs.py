@@ -1,6 +1,7 @@
 """The real verl GRPO job's runs, made once per test session and shared by the tests that read
-them (tests/test_real_grpo.py, tests/test_real_grpo_recipes.py): each run takes minutes, so the
-marked run also carries the seed guide's capture recipes, whose folders the recipes' tests read.
+them (tests/test_real_grpo.py, tests/test_real_grpo_recipes.py), made in the background
+(background.py): each run takes minutes, so the marked run also carries the seed guide's capture
+recipes, whose folders the recipes' tests read.
 
 - ``grpo_plain``: no ``MSTX_MARKS_*`` variable anywhere;
 - ``grpo_marked``: ``MSTX_MARKS_INSTRUMENT=verl,vllm``, ``MSTX_MARKS_OUT`` and
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import pytest
 
+from . import background
 from .grpo_job import INSTRUMENT, Job, grpo_python, launch, run_folder
 
 JOB_TIMEOUT_S = 600  # about 190 s on an idle machine; 400 s seen with other jobs running
@@ -27,13 +29,13 @@ CAPTURE = ";".join(
 )
 
 
-@pytest.fixture(scope="session")
-def grpo_plain(tmp_path_factory: pytest.TempPathFactory) -> Job:
+@background.run(scope="session")
+def grpo_plain(tmp_path_factory: pytest.TempPathFactory) -> background.Planned[Job]:
     return launch(grpo_python(), run_folder(tmp_path_factory, "grpo-plain"), None, JOB_TIMEOUT_S)
 
 
-@pytest.fixture(scope="session")
-def grpo_marked(tmp_path_factory: pytest.TempPathFactory) -> Job:
+@background.run(scope="session")
+def grpo_marked(tmp_path_factory: pytest.TempPathFactory) -> background.Planned[Job]:
     where = run_folder(tmp_path_factory, "grpo-marked")
     settings = {
         "MSTX_MARKS_INSTRUMENT": INSTRUMENT,
