@@ -463,7 +463,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--builds", type=int, default=1, help="build the worker this often")
     parser.add_argument(
         "--imports", nargs="+", metavar="MODULE",
-        help="only import these modules (torch_npu stubbed) and report",
+        help="after the run, import these modules (torch_npu stubbed) and report each",
     )  # fmt: skip
     args = parser.parse_args(argv)
     os.environ.setdefault("MSTX_MARKS_BACKEND", "record")
@@ -475,10 +475,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         npu_stubs.install_in_children(Path(tmp) / "startup")
         try:
-            if args.imports:
-                result = imports(args.imports)
-            else:
-                result = run(args.worker, args.activation, args.builds, Path(tmp))
+            result = run(args.worker, args.activation, args.builds, Path(tmp))
+            result.update(imports(args.imports or []))
         except Exception:
             result = {"error": traceback.format_exc()}
     result["warnings"] = said
