@@ -24,7 +24,9 @@ Scenarios (``tests/engines/ray_actors.py``, in the rl venv):
 
 from __future__ import annotations
 
+import contextlib
 import json
+import platform
 import signal
 import subprocess
 import sys
@@ -232,6 +234,24 @@ ctypes.CDLL(None).sleep(120)
 """
 
 
+#: The sleep syscalls libc's sleep() makes (nanosleep, clock_nanosleep), by machine.
+_SLEEPS = {"x86_64": {"35", "230"}, "aarch64": {"101", "115"}}
+
+
+def _wait_until_sleeping_in_c(pid: int) -> None:
+    """Until the main thread is inside libc's sleep: a SIGTERM that arrived while it still ran
+    Python (after printing "ready", on a loaded machine) would run the Python handler there, and
+    the exit hooks with it, which is not the case under test."""
+    sleeps = _SLEEPS.get(platform.machine())
+    deadline = time.monotonic() + 10
+    while sleeps is not None and time.monotonic() < deadline:
+        with contextlib.suppress(OSError):
+            if Path(f"/proc/{pid}/syscall").read_text().split()[0] in sleeps:
+                return
+        time.sleep(0.01)
+    time.sleep(0.5)  # no way to see it here: give it time
+
+
 def test_sigterm_spills_even_when_no_python_handler_can_run(tmp_path: Path) -> None:
     proc = subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent(STUCK_IN_C), str(tmp_path)],
@@ -242,6 +262,7 @@ def test_sigterm_spills_even_when_no_python_handler_can_run(tmp_path: Path) -> N
     try:
         assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
         assert not spill.exists()
+        _wait_until_sleeping_in_c(proc.pid)
         proc.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and len(found) < 3:

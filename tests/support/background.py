@@ -130,6 +130,7 @@ class _Session:
 
     def wait(self, key: str) -> Ran:
         outcome = self.outcomes.pop(key)
+        began = time.monotonic()
         if outcome.error is not None:
             raise outcome.error
         assert outcome.planned is not None and outcome.status is not None
@@ -141,10 +142,14 @@ class _Session:
                 pytest.fail(f"the background runner ended ({self.runner.returncode}):\n{log}")
             time.sleep(WAIT_POLL_S)
         statuses = json.loads(outcome.status.read_text())["ran"]
+        _TALLY.append((key.rpartition(".")[2], sum(s["wall_s"] for s in statuses),
+                       time.monotonic() - began))  # fmt: skip
         return checked(outcome.planned.commands, statuses)
 
 
 _SESSION: Optional[_Session] = None
+#: Each run read from the background: its name, how long it ran, how long its test waited.
+_TALLY: list[tuple[str, float, float]] = []
 
 
 def run(scope: str = "module") -> Callable[[Callable[..., Planned[T]]], Any]:
@@ -236,3 +241,14 @@ def _background_runs(
             except subprocess.TimeoutExpired:
                 session.runner.kill()
                 session.runner.wait()
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """One line: what the background made, and what it cost the tests in waiting."""
+    if _TALLY:
+        ran, waited = sum(t[1] for t in _TALLY), sum(t[2] for t in _TALLY)
+        slowest = ", ".join(f"{n} {r:.0f} s" for n, r, _ in sorted(_TALLY, key=lambda t: -t[1])[:4])
+        terminalreporter.write_line(
+            f"background: {len(_TALLY)} real-engine runs took {ran:.0f} s beside the other tests"
+            f" ({slowest}, ...); the tests waited {waited:.0f} s for them"
+        )
