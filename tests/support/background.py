@@ -142,7 +142,7 @@ class _Session:
                 pytest.fail(f"the background runner ended ({self.runner.returncode}):\n{log}")
             time.sleep(WAIT_POLL_S)
         statuses = json.loads(outcome.status.read_text())["ran"]
-        _TALLY.append((key.rpartition(".")[2], sum(s["wall_s"] for s in statuses),
+        _TALLY.append((".".join(key.split(".")[-2:]), sum(s["wall_s"] for s in statuses),
                        time.monotonic() - began))  # fmt: skip
         return checked(outcome.planned.commands, statuses)
 
@@ -178,12 +178,17 @@ def run(scope: str = "module") -> Callable[[Callable[..., Planned[T]]], Any]:
 
 
 def _runs_needed(item: pytest.Item) -> list[str]:
+    """The runs ``item`` asks for by name: those of its own module, and of a plugin (a run that
+    is asked for through ``getfixturevalue`` only is made in place, if no test names it)."""
     module = getattr(getattr(item, "module", None), "__name__", None)
     names = set(getattr(item, "fixturenames", ()))
     return [
         key
         for key, declared in _DECLARED.items()
-        if declared.name in names or declared.module == module
+        if declared.name in names
+        and (
+            declared.module == module or not declared.module.rpartition(".")[2].startswith("test_")
+        )
     ]
 
 
@@ -247,8 +252,10 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     """One line: what the background made, and what it cost the tests in waiting."""
     if _TALLY:
         ran, waited = sum(t[1] for t in _TALLY), sum(t[2] for t in _TALLY)
-        slowest = ", ".join(f"{n} {r:.0f} s" for n, r, _ in sorted(_TALLY, key=lambda t: -t[1])[:4])
+        longest = sorted(_TALLY, key=lambda t: -t[1])
+        shown = ", ".join(f"{n} {r:.0f} s" for n, r, _ in longest[:4])
         terminalreporter.write_line(
             f"background: {len(_TALLY)} real-engine runs took {ran:.0f} s beside the other tests"
-            f" ({slowest}, ...); the tests waited {waited:.0f} s for them"
+            f" ({shown}{', ...' if len(longest) > 4 else ''}); the tests waited {waited:.0f} s"
+            " for them"
         )
