@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.engine_run import clean_env, vllm_cache_env
+from support.engine_run import clean_env, scenario_env
 from support.npu_venvs import ascend_python
 
 RUNNER = Path(__file__).parent / "support" / "npu_worker_run.py"
@@ -94,7 +94,7 @@ def _run(python: Path, line: str, setting: str, where: Path, *args: str) -> Outc
     if key in _seen:
         return _seen[key]
     out = where / "result.json"
-    env = {**vllm_cache_env(python), **clean_env(MSTX_MARKS_INSTRUMENT=setting)}
+    env = {**scenario_env(python), **clean_env(MSTX_MARKS_INSTRUMENT=setting)}
     proc = subprocess.Popen(
         [str(python), str(RUNNER), str(out), *args, "--imports", *IMPORTED[line]],
         env=env, cwd=where,

@@ -55,13 +55,25 @@ def clean_env(**settings: str) -> dict[str, str]:
     return env
 
 
-def vllm_cache_env(python: Path) -> dict[str, str]:
-    """``VLLM_CACHE_ROOT`` inside the venv of ``python``. vLLM keeps one model-info file per model
-    class under it (``modelinfos/``), stamped with the hash of that class's source; in the shared
-    default (``~/.cache/vllm``) the venvs' different vLLM releases overwrite each other's file, so
-    the next launch in another venv inspects the model class again in a subprocess of its own
-    (about 15 s of CPU and of wall time here)."""
-    return {"VLLM_CACHE_ROOT": str(Path(python).parent.parent / "vllm-cache")}
+def scenario_env(python: Path) -> dict[str, str]:
+    """What every scenario of the venv of ``python`` runs with, besides its own settings.
+
+    - ``VLLM_CACHE_ROOT`` inside the venv. vLLM keeps one model-info file per model class under
+      it (``modelinfos/``), stamped with the hash of that class's source; in the shared default
+      (``~/.cache/vllm``) the venvs' different vLLM releases overwrite each other's file, so the
+      next launch in another venv inspects the model class again in a subprocess of its own
+      (about 15 s of CPU and of wall time here).
+    - ``RAY_worker_niceness=0``. Ray starts its workers at nice 15; beside the suite's other
+      tests (the runs are made in the background, background.py) such a worker then waits so
+      long for a CPU that its signal-watch thread misses the 20-60 ms between Ray's SIGTERM and
+      SIGKILL at ``ray.shutdown()``, and the ranges of the job's last moments are lost (1 run in
+      2 of the one-step-off job lost its last ``rollout_resume``). A job alone on its machine
+      does not compete so; Ray's own job manager runs its jobs at 0 too.
+    """
+    return {
+        "VLLM_CACHE_ROOT": str(Path(python).parent.parent / "vllm-cache"),
+        "RAY_worker_niceness": "0",
+    }
 
 
 def scenario(
@@ -77,7 +89,7 @@ def scenario(
     ``cwd/<script>.out``): for a background run's plan, or :func:`run_scenario`."""
     return Command(
         argv=(str(python), str(ENGINES / script), *map(str, args)),
-        env={**vllm_cache_env(python), **env}, cwd=cwd, timeout=timeout,
+        env={**scenario_env(python), **env}, cwd=cwd, timeout=timeout,
         output=cwd / f"{script}.out", label=script,
     )  # fmt: skip
 
