@@ -221,7 +221,7 @@ def _background_runs(
             outcome = session.outcomes[key] = _Outcome()
             try:
                 outcome.planned = _DECLARED[key].plan(tmp_path_factory)
-            except (Exception, pytest.skip.Exception) as ex:
+            except (Exception, pytest.skip.Exception, pytest.fail.Exception) as ex:
                 outcome.error = ex
                 continue
             outcome.status = session.folder / f"{len(jobs)}-{_DECLARED[key].name}.json"
