@@ -42,7 +42,7 @@ from support.engine_run import (
     counts,
     files_by_pid,
     read_json,
-    run_scenario,
+    scenario,
     spills,
     venv_python,
 )
@@ -69,11 +69,11 @@ def rl_python() -> Path:
 
 def _run(python: Path, where: Path, *args: object) -> Run:
     out, result = where / "out", where / "result.json"
-    run_scenario(
+    scenario(
         python, "ray_actors.py", [args[0], out, *args[1:], result],
         clean_env(RAY_USAGE_STATS_ENABLED="0"),
         timeout=RAY_TIMEOUT_S, cwd=where,
-    )  # fmt: skip
+    ).run()  # fmt: skip
     return Run(read_json(result), out)
 
 

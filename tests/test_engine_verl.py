@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from support.engine_run import clean_env, read_json, run_scenario, venv_python
+from support.engine_run import clean_env, read_json, scenario, venv_python
 
 TIMEOUT_S = 240
 STAGES = {  # method: (our phase, the marker text verl 0.9.1 emits: its role)
@@ -29,10 +29,10 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     python = venv_python("rl")
     where = tmp_path_factory.mktemp("verl")
     result = where / "result.json"
-    run_scenario(
+    scenario(
         python, "verl_profiler.py", [where / "save", result],
         clean_env(MSTX_MARKS_INSTRUMENT="verl"), timeout=TIMEOUT_S, cwd=where,
-    )  # fmt: skip
+    ).run()  # fmt: skip
     found: dict[str, Any] = read_json(result)
     return found
 

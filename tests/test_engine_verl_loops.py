@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from support.engine_run import clean_env, read_json, run_scenario, venv_python
+from support.engine_run import clean_env, read_json, scenario, venv_python
 
 TIMEOUT_S = 300
 TQ = "verl.trainer.ppo.v1.agent_loop_tq:AgentLoopWorkerTQ.generate_sequences"
@@ -21,9 +21,9 @@ def _run(tmp_path_factory: pytest.TempPathFactory, mode: str, **env: str) -> dic
     python = venv_python("rl")
     where = tmp_path_factory.mktemp(f"verl_{mode}")
     result = where / "result.json"
-    run_scenario(
+    scenario(
         python, "verl_v1_loops.py", [mode, result], clean_env(**env), timeout=TIMEOUT_S, cwd=where
-    )
+    ).run()
     found: dict[str, Any] = read_json(result)
     return found
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from support.engine_run import MODEL_STEP_KINDS, clean_env, run_scenario
+from support.engine_run import MODEL_STEP_KINDS, clean_env, scenario
 from support.grpo_job import INSTRUMENT, Job, ProcessRanges, cli, grpo_python, process_ranges
 
 STEPS = [1, 2]
@@ -135,9 +135,9 @@ def _worker_dict(runs: Runs, processes: list[ProcessRanges]) -> ProcessRanges:
 def test_ray_can_ship_the_colocated_worker_class_when_marked(tmp_path: Path) -> None:
     """The marked job fails at start-up when Ray cannot pickle verl's ``WorkerDict`` class."""
     env = clean_env(MSTX_MARKS_INSTRUMENT=INSTRUMENT)
-    out = run_scenario(
+    out = scenario(
         grpo_python(), "verl_colocated_pickle.py", [], env, timeout=300, cwd=tmp_path
-    )
+    ).run()
     assert "pickled" in out, out
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.engine_run import clean_env, read_json, run_scenario, venv_python
+from support.engine_run import clean_env, read_json, scenario, venv_python
 
 from mstx_marks.analysis.quantiles import RELATIVE_ERROR
 from mstx_marks.analysis.summary import format_json, summarize_path
@@ -45,7 +45,7 @@ def ray_run(tmp_path_factory: pytest.TempPathFactory) -> Run:
     work = tmp_path_factory.mktemp("ray-summary")
     result = work / "result.json"
     env = clean_env(RAY_USAGE_STATS_ENABLED="0")
-    run_scenario(python, "summary_ray.py", [work, result], env, timeout=RAY_TIMEOUT_S, cwd=work)
+    scenario(python, "summary_ray.py", [work, result], env, timeout=RAY_TIMEOUT_S, cwd=work).run()
     return Run(read_json(result), work)
 
 

@@ -54,6 +54,10 @@ class Command:
     output: Path
     label: str
 
+    def run(self) -> str:
+        """Run it now; its output, or the test fails with the output's tail."""
+        return run_inline([self]).output
+
     def as_json(self) -> dict[str, Any]:
         return {
             "argv": list(self.argv), "env": self.env, "cwd": str(self.cwd),

@@ -3,10 +3,10 @@ what the processes it started wrote under an ``MSTX_MARKS_OUT`` folder.
 
 ``venv_python(name)`` builds (first time) or finds the venv, installs this repository into it
 (so the entry points are registered) and skips the test, with the reason, when that cannot be
-done. ``run_scenario`` runs a script with a clean environment (no ``MSTX_MARKS_*``, ``RANK`` or
-``PYTHONPATH`` leaking in from the test process) and a bounded time, and fails with the end of
-its output when it fails; ``scenario`` is that command, for a run made in the background
-(background.py).
+done. ``scenario(...)`` is the command that runs a script with a clean environment (no
+``MSTX_MARKS_*``, ``RANK`` or ``PYTHONPATH`` leaking in from the test process) in a bounded time:
+planned for the background (background.py), or run now with ``.run()``, which fails with the end
+of its output when it fails.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from . import engine_venvs
-from .background import Command, run_inline
+from .background import Command
 from .engine_venvs import REPO
 
 ENGINES = REPO / "tests" / "engines"
@@ -86,28 +86,12 @@ def scenario(
     cwd: Path,
 ) -> Command:
     """The command that runs ``tests/engines/<script>`` in ``cwd`` (its output kept in
-    ``cwd/<script>.out``): for a background run's plan, or :func:`run_scenario`."""
+    ``cwd/<script>.out``): for a background run's plan, or to run now (``.run()``)."""
     return Command(
         argv=(str(python), str(ENGINES / script), *map(str, args)),
         env={**scenario_env(python), **env}, cwd=cwd, timeout=timeout,
         output=cwd / f"{script}.out", label=script,
     )  # fmt: skip
-
-
-def run_scenario(
-    python: Path,
-    script: str,
-    args: Iterable[object],
-    env: Mapping[str, str],
-    *,
-    timeout: float,
-    cwd: Path,
-) -> str:
-    """Run ``tests/engines/<script>`` now and return its output; fail with its tail if it fails
-    or outlives ``timeout`` (the whole process group is killed then: vLLM's EngineCore and
-    workers, a local Ray cluster)."""
-    command = scenario(python, script, args, env, timeout=timeout, cwd=cwd)
-    return run_inline([command]).output
 
 
 def read_json(path: Path) -> Any:
