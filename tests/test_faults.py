@@ -6,6 +6,8 @@ these use custom backends, the recorder tee and the back-off schedule itself.
 
 from __future__ import annotations
 
+import ctypes
+import threading
 from typing import Any
 
 import pytest
@@ -165,3 +167,87 @@ def test_an_instant_with_args_beside_a_failing_device_is_still_recorded() -> Non
             instant("tick", args={"i": i})
     got = [(r.name, r.args) for r in mstx_marks.default_recorder().records()]
     assert got == [("tick", {"i": 0}), ("tick", {"i": 1}), ("tick", {"i": 2})]
+
+
+# --- the user's exception arriving while the fault handling runs a backend's code ---------------
+# A watchdog's exception sent to the thread (PyThreadState_SetAsyncExc) lands at the next call's
+# return, function entry or backward jump: inside a custom backend's hook as likely as anywhere.
+# Every ``except Exception`` around such a hook must let the user's through (base/interrupts.py).
+
+
+class Cancelled(Exception):
+    """A watchdog's exception, sent as its class."""
+
+
+def _send_here() -> None:
+    """Send :class:`Cancelled` to this thread: it is raised as this call returns."""
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(
+        ctypes.c_ulong(threading.get_ident()), ctypes.py_object(Cancelled)
+    )
+
+
+class _Sends(Failing):
+    """A backend whose hook named ``at`` receives the user's exception while it runs."""
+
+    def __init__(self, at: str, fail: tuple[str, ...] = ()) -> None:
+        super().__init__(fail)
+        self.at = at
+
+    def degrade(self) -> bool:
+        if self.at == "degrade":
+            _send_here()
+        return True
+
+    def rearm(self) -> None:
+        if self.at == "rearm":
+            _send_here()
+
+    def emitter(self, stream: object) -> Emitter:
+        if self.at == "emitter":
+            _send_here()
+        return super().emitter(stream)
+
+    def keep_args(self, handle: Any, args: Any) -> None:
+        if self.at == "keep_args":
+            _send_here()
+
+
+def test_the_users_exception_arriving_in_a_backends_degrade_reaches_the_user() -> None:
+    configure(backend=_Sends("degrade", fail=("start",)))
+    with caught(), pytest.raises(Cancelled) as got, mark("step"):
+        pass
+    assert isinstance(got.value.__context__, RuntimeError)  # the fault it arrived during
+    assert status().faults == {"failing call: RuntimeError": 1}  # counted, before degrade()
+
+
+
+
+def test_the_users_exception_arriving_as_a_backend_builds_its_calls_reaches_the_user() -> None:
+    with caught(), pytest.raises(Cancelled):
+        configure(backend=_Sends("emitter"))  # builds the calls now, or at the first range
+        with mark("step"):
+            pass
+
+
+def test_the_users_exception_in_a_devices_degrade_beside_the_recorder_reaches_the_user() -> None:
+    configure(backend=_Sends("degrade", fail=("start",)), record=True)
+    with caught(), pytest.raises(Cancelled), mark("step"):
+        pass
+
+
+def test_the_users_exception_arriving_in_a_backends_rearm_reaches_the_user() -> None:
+    backend = _Sends("none", fail=("start",))
+    configure(backend=backend)
+    with caught(), mark("step"):  # the fault: the backend rests
+        pass
+    backend.fail.clear()
+    backend.at = "rearm"
+    _later()
+    with caught(), pytest.raises(Cancelled), mark("step"):  # the retry rearms it
+        pass
+
+
+def test_the_users_exception_arriving_as_args_are_kept_reaches_the_user() -> None:
+    configure(backend=_Sends("keep_args"))
+    with caught(), pytest.raises(Cancelled), mark("step", args={"i": 1}):
+        pass

@@ -18,6 +18,7 @@ True
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from typing import Any, Callable
 
@@ -25,6 +26,7 @@ from mstx_marks.backends.base import Backend, Emitter, FaultReport
 from mstx_marks.backends.noop import NoopBackend
 from mstx_marks.backends.record import Recorder, default_recorder
 from mstx_marks.backends.reopen import WAITING, Token
+from mstx_marks.base.interrupts import users_own
 
 __all__ = ["Tee", "tee_with_recorder"]
 
@@ -56,7 +58,9 @@ class Tee(Backend):
     def degrade(self) -> bool:
         try:
             degraded = self.device.degrade()
-        except Exception:
+        except Exception as exc:
+            if users_own(exc):  # the user's, arriving as degrade() ran: not the device's
+                raise
             degraded = False
         if not degraded and self._resting is None:
             self._resting, self.device = self.device, NoopBackend()
@@ -88,23 +92,41 @@ class Tee(Backend):
         rec_start, rec_end, rec_instant = rec.start, rec.end, rec.instant
         report = self.report
         # The device's range that no collector recorded waits for a profiler (reopen.py), as it
-        # would without the tee; the recorder's never needs to.
-        hold = WAITING.hold if self.device.reopens else None
+        # would without the tee; the recorder's never needs to. Once a watched profiler has run,
+        # one it did record is held too: the window may end before the range does, and later
+        # windows start it again (reopen.py's contract, point 4).
+        waiting = WAITING
+        hold = waiting.hold if self.device.reopens else None
 
         def start(name: str, domain: str) -> tuple[Any, int]:
             handle = rec_start(name, domain)
             try:
                 dev = dev_start(name, domain)
-            except Exception as exc:
-                report(start, exc)
-                return 0, handle
-            if not dev and hold is not None:
-                dev = hold(name, domain, dev_start, dev_end)
+            except BaseException as exc:
+                if isinstance(exc, Exception) and not users_own(exc):
+                    report(start, exc)
+                    return 0, handle
+                # The user's (Ctrl-C, a handler's timeout) while the device started: no exit
+                # will come to end the recorded range, so it ends here.
+                rec_end(handle, domain)
+                raise
+            if hold is not None and (not dev or waiting.watching):
+                dev = hold(name, domain, dev_start, dev_end, dev)
             return dev, handle
 
         def end(handle: tuple[Any, int], domain: str) -> None:
-            rec_end(handle[1], domain)
-            dev = handle[0]
+            try:
+                rec_end(handle[1], domain)
+            except BaseException:
+                # Arrived before the recorder's one store (core.engine.cut_short says why):
+                # made again, and the device's range ended too, before the exception goes on.
+                with contextlib.suppress(BaseException):
+                    rec_end(handle[1], domain)
+                    end_device(handle[0], domain)
+                raise
+            end_device(handle[0], domain)
+
+        def end_device(dev: Any, domain: str) -> None:
             if dev:
                 try:
                     dev_end(dev, domain)

@@ -25,6 +25,7 @@ from typing import Any, Callable, Protocol
 from mstx_marks.backends.base import Backend, Emitter
 from mstx_marks.backends.noop import NoopBackend
 from mstx_marks.base.diagnostics import warn_once
+from mstx_marks.base.interrupts import users_own
 
 __all__ = ["FIRST_DELAY_S", "MAX_DELAY_S", "FaultPolicy", "Health", "Router", "probing"]
 
@@ -197,7 +198,9 @@ class FaultPolicy:
         self.health.note(f"{backend.name} call", exc)
         try:
             degraded = backend.degrade()
-        except Exception:  # a custom backend's degrade() must not reach the workload either
+        except Exception as again:  # a custom backend's degrade() must not reach the workload
+            if users_own(again):  # but the user's exception, arriving meanwhile, must
+                raise
             degraded = False
         if not degraded:
             self.rest(backend, exc)

@@ -7,6 +7,7 @@ import sys
 
 import mstx_marks
 from mstx_marks import backends
+from mstx_marks.backends.reopen import WAITING
 from mstx_marks.base import diagnostics
 from mstx_marks.core import routing as settings
 
@@ -21,3 +22,4 @@ def fresh() -> None:
     backends._detected = None
     diagnostics.forget_warnings()
     mstx_marks.default_recorder().clear()
+    WAITING.clear()  # no range held for a profiler, and no watched profiler yet
