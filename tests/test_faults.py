@@ -220,8 +220,6 @@ def test_the_users_exception_arriving_in_a_backends_degrade_reaches_the_user() -
     assert status().faults == {"failing call: RuntimeError": 1}  # counted, before degrade()
 
 
-
-
 def test_the_users_exception_arriving_as_a_backend_builds_its_calls_reaches_the_user() -> None:
     with caught(), pytest.raises(Cancelled):
         configure(backend=_Sends("emitter"))  # builds the calls now, or at the first range

@@ -268,18 +268,28 @@ def _export_args(p: argparse.ArgumentParser) -> None:
 
 
 def _export(args: argparse.Namespace) -> int:
+    """The files written on stdout; on stderr, one line per spill not exported (``error:``)
+    or per thing left alone (``note:``: an empty spill, a link under PATH, never followed),
+    then the count. Exit status 2 when a process with events got no files, else 0."""
     from mstx_marks.base.diagnostics import counted
-    from mstx_marks.export.from_spills import export_spills, unexported
+    from mstx_marks.export.from_spills import Problem, export_spills, unexported
 
     if not os.path.isdir(args.path):
         raise _Exit(2, f"error: {args.path} is not a folder\n")
-    todo = len(unexported(args.path))
-    written = export_spills(args.path, every=args.all)
+    problems: list[Problem] = []
+    try:
+        todo = len(unexported(args.path))
+        written = export_spills(args.path, every=args.all, problems=problems)
+    except OSError as e:  # PATH itself unreadable: one line, not a traceback
+        where = f"{e.filename}: " if e.filename else ""
+        raise _Exit(2, f"error: {where}{e.strerror or e}\n") from e
     for path in written:
         print(path)
+    for problem in problems:
+        print(f"{'error' if problem.failed else 'note'}: {problem.text}", file=sys.stderr)
     done = counted(len(written) // 2, "process", "processes")
     print(f"{done} exported ({todo} had only a spill)", file=sys.stderr)
-    return 0
+    return 2 if any(p.failed for p in problems) else 0
 
 
 def _check_expectation(spec: str) -> str | None:

@@ -47,15 +47,17 @@ import re
 import socket
 import sqlite3
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import closing
 from datetime import datetime
+from operator import itemgetter
 from pathlib import Path
 from time import monotonic_ns, time_ns
 from typing import Any
 
 from mstx_marks.base.forking import new_lock
 from mstx_marks.base.records import (
+    STEP_PHASE,
     InstantRecord,
     RangeRecord,
     RankTrace,
@@ -64,6 +66,19 @@ from mstx_marks.base.records import (
     plain_args,
 )
 from mstx_marks.export.files import atomic_path, atomic_write_bytes
+from mstx_marks.export.start_order import (
+    ARGS,
+    DOMAIN,
+    END,
+    INSTANT,
+    KIND,
+    NAME,
+    PID,
+    START,
+    THREAD,
+    Event,
+    events,
+)
 
 __all__ = [
     "DP_DOMAIN",
@@ -72,13 +87,16 @@ __all__ = [
     "EVENT_PUSH_POP",
     "EVENT_RANGE",
     "HOST_ONLY_CONNECTION",
+    "DbWriter",
     "add_metadata",
     "ascend_db_path",
+    "db_meta_of",
     "db_role",
     "rank_of_db",
     "read_ascend_db",
     "text",
     "write_ascend_db",
+    "write_beside",
 ]
 
 EVENT_MARKER = 0
@@ -193,39 +211,6 @@ def _storable(text: str) -> str:
     return _SURROGATE.sub("\ufffd", text)
 
 
-def _rows(
-    trace: RankTrace,
-    ids: dict[str, int],
-    span: list[int],
-    with_args: list[tuple[int, str]],
-) -> Iterator[tuple[object, ...]]:
-    """The ``MSTX_EVENTS`` rows, made as SQLite takes them (a generator: no second copy of the
-    trace in memory); fills ``ids`` (the strings), ``span`` (first and last time) and
-    ``with_args`` (event id, the user's args as JSON) as it goes."""
-    tids: dict[tuple[int, int], int] = {}
-    low, high = span
-    for event_id, rec in enumerate(trace.records, start=1):
-        name, domain, start = rec.name, rec.domain, rec.start_ns
-        msg = ids.get(name) or ids.setdefault(name, len(ids) + 1)
-        dom = ids.get(domain) or ids.setdefault(domain, len(ids) + 1)
-        tid = tids.get((rec.pid, rec.thread))
-        if tid is None:
-            tid = tids[(rec.pid, rec.thread)] = (rec.pid << 32) | (rec.thread & 0xFFFFFFFF)
-        if type(rec) is InstantRecord:
-            kind = EVENT_MARKER if domain == DP_DOMAIN else EVENT_INSTANT
-            end = start
-        else:
-            kind, end = EVENT_RANGE, rec.end_ns  # type: ignore[union-attr]
-        if start < low:
-            low = start
-        if end > high:
-            high = end
-        if rec.args:
-            with_args.append((event_id, _storable(_args_json(rec.args))))
-        yield (start, end, kind, event_id, None, msg, tid, tid, dom, event_id)
-    span[:] = [low, high]
-
-
 def _args_json(args: Mapping[str, Any]) -> str:
     try:
         return json.dumps(plain_args(args), ensure_ascii=False, default=str)
@@ -233,20 +218,11 @@ def _args_json(args: Mapping[str, Any]) -> str:
         return "{}"
 
 
-def write_ascend_db(
-    path: str | Path, trace: RankTrace, *, metadata: Mapping[str, Any] | None = None
-) -> Path:
-    """Write ``trace`` as an Ascend profiler database at ``path`` (atomically) and return it.
-
-    Ranges still open are left out. ``STEP_TIME`` holds ``trace.steps``, or, when it is empty,
-    the spans of the trace's ``step`` ranges. ``metadata`` (JSON values) is added to what
-    :func:`add_metadata` recorded, and to ``role`` when the trace has one. When ``path`` is in an
-    ``ASCEND_PROFILER_OUTPUT`` folder, ``profiler_info_<rank>.json`` (which the tools take the rank
-    from) and ``profiler_metadata.json`` go beside that folder, as torch_npu writes them.
-    """
-    path = Path(path)
-    steps = trace.with_steps().steps
-    meta = {
+def db_meta_of(trace: RankTrace, metadata: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """What ``META_DATA`` and ``profiler_metadata.json`` hold for ``trace``'s process (its
+    records are not read): its role, run, instance and drop count when it has them, what
+    :func:`add_metadata` recorded, and ``metadata``."""
+    return {
         **({"role": trace.role} if trace.role else {}),
         **({"mstx_marks_run": trace.run} if trace.run else {}),
         **({"mstx_marks_instance": trace.instance} if trace.instance else {}),
@@ -254,28 +230,195 @@ def write_ascend_db(
         **process_metadata(),
         **(metadata or {}),
     }
-    ids: dict[str, int] = {}
-    bounds = [2**63 - 1, 0]
-    with_args: list[tuple[int, str]] = []
-    with atomic_path(path) as tmp, closing(sqlite3.connect(tmp)) as db:
-        # A fresh file renamed into place when complete: SQLite's journal and syncs protect
-        # nothing here, and cost most of the write (and a -journal file if killed midway).
-        db.execute("PRAGMA journal_mode=OFF")
-        db.execute("PRAGMA synchronous=OFF")
-        db.executescript(_SCHEMA)
-        db.executemany(
-            "INSERT INTO MSTX_EVENTS VALUES (?,?,?,?,?,?,?,?,?,?)",
-            _rows(trace, ids, bounds, with_args),
-        )
-        db.executemany("INSERT INTO MSTX_ARGS VALUES (?, ?)", with_args)
-        strings = [(i, _storable(s)) for s, i in ids.items()]
+
+
+def write_ascend_db(
+    path: str | Path, trace: RankTrace, *, metadata: Mapping[str, Any] | None = None
+) -> Path:
+    """Write ``trace`` as an Ascend profiler database at ``path`` (atomically) and return it:
+    :class:`DbWriter` fed the trace's records in their order.
+
+    Open ranges are written with the end they were read at. ``STEP_TIME`` holds
+    ``trace.steps``, or, when it is empty, the spans of the trace's ``step`` ranges.
+    ``metadata`` (JSON values) is added to what :func:`add_metadata` recorded, and to ``role``
+    when the trace has one. When ``path`` is in an ``ASCEND_PROFILER_OUTPUT`` folder,
+    ``profiler_info_<rank>.json`` (which the tools take the rank from) and
+    ``profiler_metadata.json`` go beside that folder, as torch_npu writes them.
+    """
+    path = Path(path)
+    meta = db_meta_of(trace, metadata)
+    with atomic_path(path) as tmp, DbWriter(tmp, steps=trace.with_steps().steps) as db:
+        records = trace.records
+        for lo in range(0, len(records), _BATCH):
+            db.add(events(records[lo : lo + _BATCH]))
+        span = db.finish(trace.rank, meta)
+    write_beside(path, trace.rank, span, meta)
+    return path
+
+
+_BATCH = 16384
+
+
+def write_beside(
+    path: Path,
+    rank: int,
+    span: tuple[int, int],
+    meta: Mapping[str, Any],
+    *,
+    root: Path | None = None,
+) -> None:
+    """``profiler_info_<rank>.json`` and ``profiler_metadata.json`` beside the
+    ``ASCEND_PROFILER_OUTPUT`` folder of the database at ``path`` (nothing when it is in none);
+    ``root`` as for :func:`~mstx_marks.export.files.atomic_path`."""
+    if path.parent.name != "ASCEND_PROFILER_OUTPUT":
+        return
+    folder = path.parent.parent
+    info = json.dumps(_profiler_info(rank, span), indent=4)
+    atomic_write_bytes(folder / f"profiler_info_{rank}.json", info.encode(), root=root)
+    atomic_write_bytes(folder / "profiler_metadata.json", json.dumps(meta).encode(), root=root)
+
+
+_INSERT_EVENT = "INSERT INTO MSTX_EVENTS VALUES (?1, ?2, ?3, ?4, NULL, ?5, ?6, ?6, ?7, ?4)"
+_START, _END, _ARGS = itemgetter(START), itemgetter(END), itemgetter(ARGS)
+_SHAPE, _PID_THREAD = itemgetter(NAME, DOMAIN, KIND), itemgetter(PID, THREAD)
+
+
+class _Shapes(dict):  # type: ignore[type-arg]
+    """(name, domain, kind) -> a number, whose event type, message id and domain id are in
+    ``codes``, ``messages`` and ``domains``; the strings numbered in ``ids`` in the order they
+    first come (the name before the domain)."""
+
+    def __init__(self, ids: dict[str, int]) -> None:
+        super().__init__()
+        self.ids = ids
+        self.codes: list[int] = []
+        self.messages: list[int] = []
+        self.domains: list[int] = []
+
+    def __missing__(self, key: tuple[str, str, int]) -> int:
+        name, domain, kind = key
+        ids = self.ids
+        self.messages.append(ids.get(name) or ids.setdefault(name, len(ids) + 1))
+        self.domains.append(ids.get(domain) or ids.setdefault(domain, len(ids) + 1))
+        if kind == INSTANT:
+            self.codes.append(EVENT_MARKER if domain == DP_DOMAIN else EVENT_INSTANT)
+        else:
+            self.codes.append(EVENT_RANGE)
+        self[key] = number = len(self.codes) - 1
+        return number
+
+
+class _GlobalTids(dict):  # type: ignore[type-arg]
+    """(pid, thread) -> ``globalTid``, as torch_npu makes it: ``pid << 32 | tid``."""
+
+    def __missing__(self, key: tuple[int, int]) -> int:
+        self[key] = tid = (key[0] << 32) | (key[1] & 0xFFFFFFFF)
+        return tid
+
+
+class DbWriter:
+    """Writes a new Ascend database at ``path`` a batch of events at a time (:meth:`add`, the
+    events of :mod:`~mstx_marks.export.start_order`), holding only its strings (the names) and
+    a batch: each event becomes its ``MSTX_EVENTS`` row (numbered from 1 in the order given)
+    as it comes. ``steps`` are ``STEP_TIME``'s rows; ``None``: the spans of the ``step``
+    ranges, which must then come in start order. :meth:`finish` writes the other tables and
+    commits; a context manager (leaving it closes the connection).
+
+    >>> import tempfile
+    >>> from mstx_marks.export.start_order import events
+    >>> path = Path(tempfile.mkdtemp()) / "x.db"
+    >>> with DbWriter(path) as db:
+    ...     db.add(events([RangeRecord("step", "default", 100, 250, 11, 22)]))
+    ...     db.finish(3, {})
+    (100, 250)
+    >>> read_ascend_db(path).steps
+    [(100, 250)]
+    """
+
+    def __init__(self, path: str | Path, *, steps: list[tuple[int, int]] | None = None) -> None:
+        self._db = sqlite3.connect(path)
+        try:
+            # A fresh file renamed into place when complete: SQLite's journal and syncs protect
+            # nothing here, and cost most of the write (and a -journal file if killed midway).
+            self._db.execute("PRAGMA journal_mode=OFF")
+            self._db.execute("PRAGMA synchronous=OFF")
+            self._db.executescript(_SCHEMA)
+        except BaseException:
+            self._db.close()
+            raise
+        self._ids: dict[str, int] = {}
+        self._shapes = _Shapes(self._ids)
+        self._tids = _GlobalTids()
+        self._low, self._high = 2**63 - 1, 0
+        self.events = 0
+        self._steps = steps
+        self._step_rows = 0
+        # Step ranges of the latest start: at one start, STEP_TIME goes by end (step_spans).
+        self._tied_steps: list[tuple[int, int]] = []
+
+    def __enter__(self) -> DbWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._db.close()
+
+    def add(self, batch: list[Event]) -> None:
+        """The rows of ``batch`` (events, in order). Made a column at a time by ``map`` and
+        ``zip`` over the batch (C loops: a Python step per event cost as much as SQLite)."""
+        if not batch:
+            return
+        starts, ends = list(map(_START, batch)), list(map(_END, batch))
+        first = self.events + 1
+        self.events += len(batch)
+        # Each event's (name, domain, kind), numbered in event order: STRING_IDS numbers the
+        # strings in the order they first come.
+        shapes = self._shapes
+        numbers = list(map(shapes.__getitem__, map(_SHAPE, batch)))
+        codes = map(shapes.codes.__getitem__, numbers)
+        messages = map(shapes.messages.__getitem__, numbers)
+        domains = map(shapes.domains.__getitem__, numbers)
+        tids = map(self._tids.__getitem__, map(_PID_THREAD, batch))
+        ids = range(first, first + len(batch))
+        self._db.executemany(_INSERT_EVENT, zip(starts, ends, codes, ids, messages, tids, domains))
+        self._low, self._high = min(self._low, min(starts)), max(self._high, max(ends))
+        if any(map(_ARGS, batch)):
+            with_args = [(i, _storable(_args_json(e[ARGS])))
+                         for i, e in zip(ids, batch) if e[ARGS]]  # fmt: skip
+            self._db.executemany("INSERT INTO MSTX_ARGS VALUES (?, ?)", with_args)
+        if self._steps is None and STEP_PHASE in self._ids:
+            for e in batch:
+                if e[NAME] == STEP_PHASE and e[KIND] != INSTANT:
+                    self._step(e[START], e[END])
+
+    def _step(self, start: int, end: int) -> None:
+        tied = self._tied_steps
+        if tied and tied[0][0] != start:
+            self._write_steps()
+        tied.append((start, end))
+
+    def _write_steps(self) -> None:
+        rows = []
+        for span in sorted(self._tied_steps):
+            self._step_rows += 1
+            rows.append((self._step_rows, *span))
+        self._db.executemany("INSERT INTO STEP_TIME VALUES (?, ?, ?)", rows)
+        self._tied_steps.clear()
+
+    def finish(self, rank: int, meta: Mapping[str, Any]) -> tuple[int, int]:
+        """Write the tables but ``MSTX_EVENTS`` (``rank``, ``meta``: ``META_DATA``) and commit;
+        returns the span of the events (now, now: none)."""
+        db = self._db
+        if self._steps is None:
+            self._write_steps()
+        else:
+            db.executemany(
+                "INSERT INTO STEP_TIME VALUES (?, ?, ?)",
+                [(i, s, e) for i, (s, e) in enumerate(self._steps, start=1)],
+            )
+        strings = [(i, _storable(s)) for s, i in self._ids.items()]
         db.executemany("INSERT INTO STRING_IDS VALUES (?, ?)", strings)
         now = time_ns()
-        span = (bounds[0], bounds[1]) if trace.records else (now, now)
-        db.executemany(
-            "INSERT INTO STEP_TIME VALUES (?, ?, ?)",
-            [(i, s, e) for i, (s, e) in enumerate(steps, start=1)],
-        )
+        span = (self._low, self._high) if self.events else (now, now)
         db.executemany("INSERT INTO ENUM_MSTX_EVENT_TYPE VALUES (?, ?)", EVENT_TYPES)
         db.execute("INSERT INTO SESSION_TIME_INFO VALUES (?, ?)", span)
         db.executemany("INSERT INTO META_DATA VALUES (?, ?)", _SCHEMA_VERSION)
@@ -283,15 +426,10 @@ def write_ascend_db(
             "INSERT INTO META_DATA VALUES (?, ?)",
             [(k, _storable(json.dumps(v))) for k, v in meta.items()],
         )
-        db.execute("INSERT INTO RANK_DEVICE_MAP VALUES (?, ?)", (trace.rank, NO_DEVICE))
+        db.execute("INSERT INTO RANK_DEVICE_MAP VALUES (?, ?)", (rank, NO_DEVICE))
         db.execute("INSERT INTO HOST_INFO VALUES (?, ?)", (host_uid(), socket.gethostname()))
         db.commit()
-    if path.parent.name == "ASCEND_PROFILER_OUTPUT":
-        folder = path.parent.parent
-        info = json.dumps(_profiler_info(trace.rank, span), indent=4)
-        atomic_write_bytes(folder / f"profiler_info_{trace.rank}.json", info.encode())
-        atomic_write_bytes(folder / "profiler_metadata.json", json.dumps(meta).encode())
-    return path
+        return span
 
 
 def _profiler_info(rank: int, span: tuple[int, int]) -> dict[str, Any]:

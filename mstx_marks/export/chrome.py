@@ -27,6 +27,11 @@ Timestamps are microseconds after ``otherData.origin_ns`` rather than since the 
 holds an epoch time in microseconds only to a quarter of a microsecond, but small offsets keep
 every nanosecond, so :func:`read_chrome_trace` gives back exactly what was recorded.
 
+The document is built whole by :func:`chrome_trace` (a few events, and the reference) and
+written a batch of events at a time, in bounded memory, by :class:`TraceWriter`
+(:func:`write_chrome_trace`, and the exports streamed from a spill:
+:mod:`mstx_marks.export.stream`): the same JSON values, with times written with three decimals.
+
 >>> from mstx_marks.base.records import RangeRecord
 >>> r = RangeRecord("gen", "default", 2_000_000_500, 2_000_001_750, 7, 42)
 >>> ev = chrome_trace([RankTrace(0, [r])])["traceEvents"][-1]
@@ -36,16 +41,35 @@ every nanosecond, so :func:`read_chrome_trace` gives back exactly what was recor
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import pickle
 import threading
 import time
 import zlib
+from itertools import chain, groupby, repeat
+from operator import itemgetter, mod, sub, truediv
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, NamedTuple, Sequence
+from typing import IO, Any, Callable, Iterable, Iterator, Mapping, NamedTuple, Sequence
 
 from mstx_marks.base.records import InstantRecord, RangeRecord, RankTrace, Record, TraceFileError
-from mstx_marks.export.files import atomic_path, open_regular
+from mstx_marks.export.files import atomic_path, open_regular, scratch_file
+from mstx_marks.export.start_order import (
+    ARGS,
+    DOMAIN,
+    END,
+    INSTANT,
+    KIND,
+    NAME,
+    OPEN,
+    PID,
+    START,
+    THREAD,
+    Event,
+    StartOrder,
+    as_record,
+)
 
 __all__ = [
     "GENERATOR",
@@ -53,8 +77,10 @@ __all__ = [
     "OVERLAP_TID",
     "RESERVED_ARGS",
     "JsonTooLarge",
+    "Nesting",
     "RecordSink",
     "ThreadTrack",
+    "TraceWriter",
     "chrome_trace",
     "dumps",
     "event_args",
@@ -150,28 +176,73 @@ def trace_event(rec: Record, pid: int, origin_ns: int, tid: int | None = None) -
 OVERLAP_TID = 1 << 40
 
 
+class Nesting:
+    """The tracks of one thread's ranges so far, fed in order of start, the longest first at
+    one start: :meth:`place` puts a range on the first track where it nests in or follows
+    every range of it still open, opening a track when none fits. The one rule of the split,
+    for a whole thread at once (:func:`nesting_tracks`) and for a stream (:class:`TraceWriter`).
+
+    >>> n = Nesting()
+    >>> [n.place(s, e) for s, e in ((0, 10), (2, 5), (4, 12), (11, 13))], n.tracks
+    ([0, 0, 1, 0], 2)
+    """
+
+    __slots__ = ("_ends",)
+
+    def __init__(self) -> None:
+        # Per track, the ends of its ranges still open at the latest start (innermost last).
+        self._ends: list[list[int]] = [[]]
+
+    def place(self, start: int, end: int) -> int:
+        """The track of the range ``start``-``end``, placed after those placed before."""
+        return self.place_all([(start, end)]).get(0, 0)
+
+    def place_all(self, spans: Iterable[tuple[int, int]]) -> dict[int, int]:
+        """Place each ``(start, end)`` in turn; the tracks of those that did not go to the
+        first track, by their index in ``spans`` (the usual: none, nothing made per range)."""
+        tracks = self._ends
+        first = tracks[0]
+        pop, push = first.pop, first.append
+        off: dict[int, int] = {}
+        for i, (start, end) in enumerate(spans):
+            while first and first[-1] <= start:
+                pop()
+            if not first or end <= first[-1]:
+                push(end)
+                continue
+            for k in range(1, len(tracks)):
+                ends = tracks[k]
+                while ends and ends[-1] <= start:
+                    ends.pop()
+                if not ends or end <= ends[-1]:
+                    ends.append(end)
+                    off[i] = k
+                    break
+            else:
+                tracks.append([end])
+                off[i] = len(tracks) - 1
+        return off
+
+    @property
+    def tracks(self) -> int:
+        """How many tracks the thread has (one at least: a thread of instants has one)."""
+        return len(self._ends)
+
+
 def nesting_tracks(ranges: Sequence[RangeRecord]) -> list[list[RangeRecord]]:
-    """``ranges`` split into tracks in each of which every two ranges nest or do not overlap;
-    each range goes to the first track it fits.
+    """``ranges`` split into tracks in each of which every two ranges nest or do not overlap
+    (:class:`Nesting`), each track in order of start, the longest first at one start.
 
     >>> r = lambda s, e: RangeRecord("x", "d", s, e, 1, 1)
     >>> [[x.start_ns for x in t] for t in nesting_tracks([r(0, 10), r(2, 5), r(4, 12)])]
     [[0, 2], [4]]
     """
-    tracks: list[list[RangeRecord]] = []
-    stacks: list[list[int]] = []  # per track, the ends of the ranges still open at this start
-    for r in sorted(ranges, key=lambda r: (r.start_ns, -r.end_ns)):
-        for track, stack in zip(tracks, stacks):
-            while stack and stack[-1] <= r.start_ns:
-                stack.pop()
-            if not stack or r.end_ns <= stack[-1]:
-                track.append(r)
-                stack.append(r.end_ns)
-                break
-        else:
-            tracks.append([r])
-            stacks.append([r.end_ns])
-    return tracks
+    ordered = sorted(ranges, key=lambda r: (r.start_ns, -r.end_ns))
+    off = Nesting().place_all((r.start_ns, r.end_ns) for r in ordered)
+    tracks: list[list[RangeRecord]] = [[] for _ in range(max(off.values(), default=0) + 1)]
+    for i, r in enumerate(ordered):
+        tracks[off.get(i, 0)].append(r)
+    return tracks if ordered else []
 
 
 class ThreadTrack(NamedTuple):
@@ -210,32 +281,18 @@ def thread_tracks(
     out = []
     for tid in sorted(by_tid):
         recs = by_tid[tid]
-        ranges = [r for r in recs if isinstance(r, RangeRecord)]
-        tracks = nesting_tracks(ranges) if _overlaps(ranges) else [ranges]
+        tracks = nesting_tracks([r for r in recs if isinstance(r, RangeRecord)]) or [[]]
         label = thread_label(tid, names)
         for k, track in enumerate(tracks):
             if k == 0:
-                marks = [r for r in recs if not isinstance(r, RangeRecord)]
+                marks = sorted(
+                    (r for r in recs if not isinstance(r, RangeRecord)), key=lambda r: r.start_ns
+                )
                 out.append(ThreadTrack(tid, tid, label, [*track, *marks]))
             else:
                 out.append(ThreadTrack(next_tid, tid, f"{label} (overlap {k})", list(track)))
                 next_tid += 1
     return out
-
-
-def _overlaps(ranges: Sequence[RangeRecord]) -> bool:
-    """Whether two of ``ranges`` overlap without nesting (one pass, no sort when in order)."""
-    ordered = ranges
-    if any(a.start_ns > b.start_ns for a, b in zip(ranges, ranges[1:])):
-        ordered = sorted(ranges, key=lambda r: (r.start_ns, -r.end_ns))
-    ends: list[int] = []
-    for r in ordered:
-        while ends and ends[-1] <= r.start_ns:
-            ends.pop()
-        if ends and r.end_ns > ends[-1]:
-            return True
-        ends.append(r.end_ns)
-    return False
 
 
 def live_thread_names(pid: int) -> dict[int, str]:
@@ -250,12 +307,12 @@ def live_thread_names(pid: int) -> dict[int, str]:
     return {t.native_id: t.name for t in threading.enumerate() if t.native_id is not None}
 
 
-def _names_of(t: RankTrace) -> dict[int, str]:
-    """The thread names of ``t``: those it carries, and its own live threads' when it is this
-    process's trace."""
-    names = dict(t.thread_names)
+def _names_of(known: Mapping[int, str], pids: Iterable[int]) -> dict[int, str]:
+    """The thread names of a process's trace: those it carries (``known``), and this
+    process's live threads' when the trace is of this process (``pids``, its records')."""
+    names = dict(known)
     me = os.getpid()
-    if any(r.pid == me for r in t.records):
+    if me in pids:
         for tid, name in live_thread_names(me).items():
             names.setdefault(tid, name)
     return names
@@ -280,11 +337,11 @@ def _split(tracks: Sequence[ThreadTrack], rank: int) -> dict[str, int]:
     return {f"{rank}:{t.tid}": t.thread for t in tracks if t.tid != t.thread}
 
 
-def _process_events(t: RankTrace) -> list[dict[str, Any]]:
+def _process_events(rank: int) -> list[dict[str, Any]]:
     """The metadata events that name and order a rank's process."""
     return [
-        {"ph": "M", "name": "process_name", "pid": t.rank, "args": {"name": f"rank {t.rank}"}},
-        {"ph": "M", "name": "process_sort_index", "pid": t.rank, "args": {"sort_index": t.rank}},
+        {"ph": "M", "name": "process_name", "pid": rank, "args": {"name": f"rank {rank}"}},
+        {"ph": "M", "name": "process_sort_index", "pid": rank, "args": {"sort_index": rank}},
     ]
 
 
@@ -302,11 +359,15 @@ def _process_info(t: RankTrace) -> dict[str, Any]:
 
 
 def _other_data(
-    traces: list[RankTrace], origin: int, threads: dict[str, int] | None = None
+    processes: Sequence[tuple[RankTrace, Iterable[int]]],
+    origin: int,
+    threads: dict[str, int] | None = None,
 ) -> dict[str, Any]:
-    ranks = {str(t.rank): {**_process_info(t), "pids": sorted({r.pid for r in t.records}),
+    """``otherData`` for ``processes``: each a trace (its records are not read) and the pids
+    of its records."""
+    ranks = {str(t.rank): {**_process_info(t), "pids": sorted(set(pids)),
                            "steps": [[s, e] for s, e in t.steps], "role": t.role}
-             for t in traces}  # fmt: skip
+             for t, pids in processes}  # fmt: skip
     clock = {"wall_ns": time.time_ns(), "mono_ns": time.monotonic_ns()}
     other = {"generator": GENERATOR, "origin_ns": origin, "ranks": ranks, "clock": clock}
     if threads:
@@ -315,7 +376,9 @@ def _other_data(
 
 
 def chrome_trace(traces: Iterable[RankTrace], origin_ns: int | None = None) -> dict[str, Any]:
-    """Build the trace document for ``traces`` (one per rank), ready for :func:`json.dumps`.
+    """Build the trace document for ``traces`` (one per rank), ready for :func:`json.dumps`:
+    in memory, for a few events (:func:`write_chrome_trace` writes the same document, a batch
+    of events at a time).
 
     ``origin_ns`` defaults to the earliest event rounded down to a whole second.
     """
@@ -324,77 +387,277 @@ def chrome_trace(traces: Iterable[RankTrace], origin_ns: int | None = None) -> d
     events: list[dict[str, Any]] = []
     threads: dict[str, int] = {}
     for t in traces:
-        tracks = thread_tracks(t.records, _names_of(t))
+        pids = {r.pid for r in t.records}
+        tracks = thread_tracks(t.records, _names_of(t.thread_names, pids))
         threads.update(_split(tracks, t.rank))
-        events += _process_events(t) + _thread_events(t.rank, tracks)
+        events += _process_events(t.rank) + _thread_events(t.rank, tracks)
         for track in tracks:
             events.extend(trace_event(rec, t.rank, origin, track.tid) for rec in track.records)
+    processes = [(t, [r.pid for r in t.records]) for t in traces]
     return {
         "traceEvents": events,
         "displayTimeUnit": "ms",
-        "otherData": _other_data(traces, origin, threads),
+        "otherData": _other_data(processes, origin, threads),
     }
 
 
 def write_chrome_trace(
     path: str | Path, traces: Iterable[RankTrace], origin_ns: int | None = None
 ) -> Path:
-    """Write :func:`chrome_trace` of ``traces`` to ``path`` atomically and return the path.
+    """Write :func:`chrome_trace` of ``traces`` to ``path`` atomically and return the path:
+    the same document, made by :class:`TraceWriter` a batch of events at a time.
 
     Name files ``*.trace.json`` so that ``python -m mstx_marks summary DIR`` finds them.
     """
-    # Written as it is made, with each name's JSON made once: the same document as
-    # dumps(chrome_trace(...)), at a fraction of the time and with no copy of it in memory.
     traces = list(traces)
     origin = _default_origin(traces) if origin_ns is None else origin_ns
-    quoted: dict[tuple[str, str], tuple[str, str]] = {}
-    threads: dict[str, int] = {}
-    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
-        f.write('{"traceEvents":[')
-        sep = ""
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        scratch = functools.partial(scratch_file, Path(tmp).parent)
+        writer = TraceWriter(f, origin, scratch)
         for t in traces:
-            tracks = thread_tracks(t.records, _names_of(t))
-            threads.update(_split(tracks, t.rank))
-            meta = _process_events(t) + _thread_events(t.rank, tracks)
-            f.write(sep + ",".join(dumps(ev) for ev in meta))
-            sep = ","
-            for track in tracks:
-                records = track.records
-                for lo in range(0, len(records), 4096):
-                    batch = records[lo : lo + 4096]
-                    f.write(
-                        ","
-                        + ",".join(_event_json(r, t.rank, origin, quoted, track.tid) for r in batch)
-                    )
-        tail = {"displayTimeUnit": "ms", "otherData": _other_data(traces, origin, threads)}
-        f.write("]," + dumps(tail)[1:])
+            with StartOrder(scratch) as order:
+                order.extend(t.records)
+                writer.add_process(t, order.batches())
+        writer.close()
         f.flush()
         os.fsync(f.fileno())
     return Path(path)
 
 
-def _event_json(
-    rec: Record,
-    rank: int,
-    origin: int,
-    quoted: dict[tuple[str, str], tuple[str, str]],
-    tid: int | None = None,
-) -> str:
-    """``dumps(trace_event(rec, rank, origin))``, made directly for the usual event (no user args,
-    not open): the one the exporter writes a million times."""
-    if rec.args or getattr(rec, "open", False):
-        return dumps(trace_event(rec, rank, origin, tid))
-    pair = quoted.get((rec.name, rec.domain))
-    if pair is None:
-        pair = quoted[(rec.name, rec.domain)] = (json.dumps(rec.name), json.dumps(rec.domain))
-    name, cat = pair
-    head = (
-        f'{{"name":{name},"cat":{cat},"ts":{trace_us(rec.start_ns - origin)!r},"pid":{rank},'
-        f'"tid":{rec.thread if tid is None else tid},"args":{{"domain":{cat}}},'
-    )
-    if type(rec) is InstantRecord:
-        return head + '"ph":"i","s":"t"}'
-    return head + f'"ph":"X","dur":{trace_us(rec.end_ns - rec.start_ns)!r}}}'  # type: ignore[union-attr]
+#: Events of a process whose text waits in memory before it goes to its scratch file.
+_SPOOL_EVENTS = 16384
+#: Event texts kept per track (a run naming a range per step has as many names as steps).
+_MAX_TEMPLATES = 4096
+
+
+class _Track:
+    """The events of one track (or of one thread's instants) so far: their text (or, for a
+    split-off track, whose thread id is known only at the end, the events themselves) in
+    memory, and the pieces already in the scratch file (offset, size)."""
+
+    __slots__ = ("pending", "pieces")
+
+    def __init__(self) -> None:
+        self.pending: list[Any] = []
+        self.pieces: list[tuple[int, int]] = []
+
+
+class _Thread:
+    """One thread of a process being written: its :class:`Nesting`, its first track's ranges,
+    its instants, and its split-off tracks."""
+
+    __slots__ = ("first", "instants", "nesting", "split")
+
+    def __init__(self) -> None:
+        self.nesting = Nesting()
+        self.first, self.instants = _Track(), _Track()
+        self.split: list[_Track] = []
+
+
+_by_thread, _by_start, _by_end = itemgetter(THREAD), itemgetter(START), itemgetter(END)
+_by_name, _by_kind, _by_args = itemgetter(NAME, DOMAIN), itemgetter(KIND), itemgetter(ARGS)
+
+
+class TraceWriter:
+    """Writes a Chrome trace document to the binary file ``f``, a process at a time, from its
+    events in start order (:class:`~mstx_marks.export.start_order.StartOrder`), in bounded
+    memory: a process's thread names go before its events, and which tracks its threads split
+    into is known only at its end, so each track's events wait in a scratch file (``scratch()``
+    makes one, when more than a few thousand events wait) and are copied out at the end.
+
+    >>> import io
+    >>> from mstx_marks.export.start_order import events
+    >>> f = io.BytesIO()
+    >>> w = TraceWriter(f, 0, lambda: io.BytesIO())
+    >>> w.add_process(RankTrace(3, []), [events([RangeRecord("gen", "d", 1500, 2000, 7, 9)])])
+    >>> w.close()
+    >>> ev = json.loads(f.getvalue())["traceEvents"][-1]
+    >>> ev["name"], ev["ts"], ev["dur"], ev["pid"], ev["tid"]
+    ('gen', 1.5, 0.5, 3, 7)
+    """
+
+    def __init__(self, f: IO[bytes], origin: int, scratch: Callable[[], IO[bytes]]) -> None:
+        self.f, self.origin, self._scratch = f, origin, scratch
+        f.write(b'{"traceEvents":[')
+        self._sep = b""
+        #: ``otherData.threads`` so far: the split-off tracks (``"pid:tid"`` to their thread).
+        self.threads: dict[str, int] = {}
+        self._processes: list[tuple[RankTrace, set[int]]] = []
+
+    def add_process(self, trace: RankTrace, batches: Iterable[list[Event]]) -> None:
+        """Write one Chrome process: ``trace`` says its rank, role, run, steps and thread names
+        (its records are not read), ``batches`` its events in start order, never one start in
+        two batches (:meth:`StartOrder.batches`)."""
+        process = _Process(trace.rank, self.origin, self._scratch)
+        try:
+            for batch in batches:
+                process.add(batch)
+            names = _names_of(trace.thread_names, process.pids)
+            tracks = process.tracks(names)
+            self.threads.update(_split(tracks, trace.rank))
+            meta = _process_events(trace.rank) + _thread_events(trace.rank, tracks)
+            self.f.write(self._sep + ",".join(dumps(ev) for ev in meta).encode())
+            self._sep = b","
+            process.copy(self.f, tracks)
+        finally:
+            process.close()
+        self._processes.append((trace, process.pids))
+
+    def close(self) -> None:
+        """End the document (``otherData``)."""
+        tail = {"displayTimeUnit": "ms",
+                "otherData": _other_data(self._processes, self.origin, self.threads)}  # fmt: skip
+        self.f.write(b"]," + dumps(tail)[1:].encode())
+
+
+class _Templates(dict):  # type: ignore[type-arg]
+    """(name, domain) -> the text of such an event of one track, but for its times (``%.3f``:
+    its ``ts``, and a range's ``dur``): the JSON of a name is made once."""
+
+    def __init__(self, rank: int, tid: int, instant: bool) -> None:
+        super().__init__()
+        self.rank, self.tid, self.instant = rank, tid, instant
+
+    def __missing__(self, key: tuple[str, str]) -> str:
+        name, cat = (json.dumps(s).replace("%", "%%") for s in key)
+        text = (
+            f',{{"name":{name},"cat":{cat},"ts":%.3f,"pid":{self.rank},"tid":{self.tid},'
+            f'"args":{{"domain":{cat}}},'
+        ) + ('"ph":"i","s":"t"}' if self.instant else '"ph":"X","dur":%.3f}')
+        self[key] = text
+        return text
+
+
+def _pieces(f: IO[bytes], pieces: list[tuple[int, int]]) -> Iterator[bytes]:
+    for offset, size in pieces:
+        f.seek(offset)
+        yield f.read(size)
+
+
+class _Process:
+    """One process's events as :class:`TraceWriter` takes them in."""
+
+    def __init__(self, rank: int, origin: int, scratch: Callable[[], IO[bytes]]) -> None:
+        self.rank, self.origin, self._scratch = rank, origin, scratch
+        self.threads: dict[int, _Thread] = {}
+        self.pids: set[int] = set()
+        self._file: IO[bytes] | None = None
+        self._waiting = 0
+        self._templates: dict[tuple[int, bool], _Templates] = {}
+
+    def add(self, batch: list[Event]) -> None:
+        self.pids.update(map(itemgetter(PID), batch))
+        for tid, group in groupby(sorted(batch, key=_by_thread), key=_by_thread):
+            thread = self.threads.get(tid)
+            if thread is None:
+                thread = self.threads[tid] = _Thread()
+            evs = list(group)
+            ranges = [e for e in evs if e[KIND] != INSTANT]
+            if len(ranges) < len(evs):
+                instants = [e for e in evs if e[KIND] == INSTANT]
+                thread.instants.pending += self._texts(instants, tid, True)
+            if not ranges:
+                continue
+            # In order of start, the longest first at one start (two stable sorts, in C).
+            ranges.sort(key=_by_end, reverse=True)
+            ranges.sort(key=_by_start)
+            off = thread.nesting.place_all(zip(map(_by_start, ranges), map(_by_end, ranges)))
+            if off:
+                split = thread.split
+                for i, k in off.items():
+                    while len(split) < k:
+                        split.append(_Track())
+                    split[k - 1].pending.append(ranges[i])  # (its thread id: known at the end)
+                ranges = [e for i, e in enumerate(ranges) if i not in off]
+            thread.first.pending += self._texts(ranges, tid, False)
+        self._waiting += len(batch)
+        if self._waiting >= _SPOOL_EVENTS:
+            self._spool()
+            self._waiting = 0
+
+    def _texts(self, evs: list[Event], tid: int, instant: bool) -> list[str]:
+        """The JSON of ``evs`` as events of track ``tid``, each after a comma. The usual event
+        (no user args, not open) is its (name, domain)'s text with its times put in by
+        ``%.3f`` (the same float as :func:`trace_us`, at a third of its cost), a C loop of
+        ``map`` over the batch: this is the exporter's per-event work."""
+        key = (tid, instant)
+        templates = self._templates.get(key)
+        if templates is None or len(templates) > _MAX_TEMPLATES:  # (a cache: names unbounded)
+            templates = self._templates[key] = _Templates(self.rank, tid, instant)
+        origin = self.origin
+        starts = list(map(_by_start, evs))
+        times: Iterable[Any] = map(truediv, map(sub, starts, repeat(origin)), repeat(1000))
+        if not instant:
+            durations = map(truediv, map(sub, map(_by_end, evs), starts), repeat(1000))
+            times = zip(times, durations)
+        out = list(map(mod, map(templates.__getitem__, map(_by_name, evs)), times))
+        if any(map(_by_args, evs)) or (not instant and OPEN in map(_by_kind, evs)):
+            for i, e in enumerate(evs):
+                if e[ARGS] or e[KIND] == OPEN:
+                    out[i] = "," + dumps(trace_event(as_record(e), self.rank, origin, tid))
+        return out
+
+    def _all_tracks(self) -> Iterator[_Track]:
+        for thread in self.threads.values():
+            yield thread.first
+            yield thread.instants
+            yield from thread.split
+
+    def _spool(self) -> None:
+        """Move what waits in memory to the scratch file."""
+        if self._file is None:
+            self._file = self._scratch()
+        f = self._file
+        f.seek(0, 2)
+        for track in self._all_tracks():
+            if not track.pending:
+                continue
+            if isinstance(track.pending[0], str):
+                data = "".join(track.pending).encode()
+            else:
+                data = pickle.dumps(track.pending, pickle.HIGHEST_PROTOCOL)
+            track.pieces.append((f.tell(), len(data)))
+            f.write(data)
+            track.pending = []
+
+    def tracks(self, names: Mapping[int, str]) -> list[ThreadTrack]:
+        """The Chrome tracks, in the order :func:`thread_tracks` gives them (records left out)."""
+        out, next_tid = [], OVERLAP_TID
+        for tid in sorted(self.threads):
+            label = thread_label(tid, names)
+            out.append(ThreadTrack(tid, tid, label, []))
+            for k in range(1, self.threads[tid].nesting.tracks):
+                out.append(ThreadTrack(next_tid, tid, f"{label} (overlap {k})", []))
+                next_tid += 1
+        return out
+
+    def copy(self, out: IO[bytes], tracks: list[ThreadTrack]) -> None:
+        """Write every event to ``out``, track after track (``tracks``: :meth:`tracks`)."""
+        split_tids = iter([t.tid for t in tracks if t.tid != t.thread])
+        for tid in sorted(self.threads):
+            thread = self.threads[tid]
+            self._copy(out, thread.first)
+            self._copy(out, thread.instants)
+            for track in thread.split:
+                self._copy(out, track, next(split_tids))
+
+    def _copy(self, out: IO[bytes], track: _Track, split_tid: int | None = None) -> None:
+        """Write ``track``'s events: their text, or, for a split-off track, the text of its
+        events (pickled) as events of ``split_tid``."""
+        pieces: Iterator[list[Any] | bytes] = iter([])
+        if track.pieces:
+            assert self._file is not None
+            pieces = _pieces(self._file, track.pieces)
+        for piece in chain(pieces, [track.pending]):  # a piece at a time in memory
+            if split_tid is not None:
+                events = pickle.loads(piece) if isinstance(piece, bytes) else piece
+                piece = self._texts(events, split_tid, False)
+            out.write(piece if isinstance(piece, bytes) else "".join(piece).encode())
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
 
 
 def dumps(doc: Any) -> str:

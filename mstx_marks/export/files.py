@@ -9,6 +9,12 @@ another host's only after a day). A file written into a temporary path that
 :func:`atomic_paths` handed out is written in place, never through a temporary of its own: a
 temporary name is never nested in another.
 
+Below a folder the user named (``root``: ``mstx-marks export DIR``, an ``MSTX_MARKS_OUT``),
+every folder is made and checked a part at a time through directory descriptors opened with
+``O_NOFOLLOW`` (:func:`folder_below`), and files are removed through their folder's descriptor
+(:func:`unlink_below`): a link planted under a shared output folder is never followed, neither to
+write nor to delete, whoever runs the export. The user's own ``root`` may be a link.
+
 >>> import tempfile, pathlib
 >>> p = pathlib.Path(tempfile.mkdtemp()) / "a" / "t.json"
 >>> atomic_write_bytes(p, b"{}") == p and p.read_bytes()
@@ -18,6 +24,7 @@ b'{}'
 from __future__ import annotations
 
 import contextlib
+import errno
 import gzip
 import os
 import re
@@ -37,11 +44,14 @@ __all__ = [
     "atomic_path",
     "atomic_paths",
     "atomic_write_bytes",
+    "folder_below",
     "is_temp_name",
     "open_new_file",
     "open_regular",
     "our_folder",
+    "scratch_file",
     "sweep_temps",
+    "unlink_below",
 ]
 
 #: ``.<target>.<pid>@<host>.<random>.tmp`` (and SQLite's ``-journal`` beside it).
@@ -91,6 +101,13 @@ def our_folder(path: str | Path, *, follow: bool = False) -> Path:
     if not stat.S_ISDIR(st.st_mode):
         kind = "a link" if stat.S_ISLNK(st.st_mode) else "not a folder"
         raise UnsafeOutput(f"not writing into {path}: it is {kind}")
+    _check_owner(path, st)
+    return path
+
+
+def _check_owner(path: Path, st: os.stat_result) -> None:
+    """Refuse a folder that another user (not root) owns and others may write without the
+    sticky bit: they could plant links or files in it."""
     uid = os.getuid() if hasattr(os, "getuid") else st.st_uid
     open_to_others = st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX
     if st.st_uid not in (uid, 0) and open_to_others:
@@ -98,7 +115,104 @@ def our_folder(path: str | Path, *, follow: bool = False) -> Path:
             f"not writing into {path}: it belongs to another user (uid {st.st_uid}) and others"
             " may write it"
         )
+
+
+_DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+
+
+def _parts_below(root: Path, path: Path) -> tuple[str, ...]:
+    """The names leading from ``root`` to ``path``; :class:`UnsafeOutput` for a path that is
+    not below ``root`` (``..`` included)."""
+    try:  # both made absolute, links left as they are: `export out` names a relative folder
+        parts = Path(os.path.abspath(path)).relative_to(os.path.abspath(root)).parts
+    except ValueError:
+        raise UnsafeOutput(f"not writing {path}: it is not inside {root}") from None
+    if any(part in ("..", ".") for part in parts):
+        raise UnsafeOutput(f"not writing {path}: it leaves {root}")
+    return parts
+
+
+def _open_below(root: Path, parts: tuple[str, ...], *, make: bool) -> int:
+    """A descriptor of the folder ``root/parts...``, each part opened from the one above it
+    with ``O_NOFOLLOW`` (made first when missing, with ``make``): the folder reached is the
+    one named, whatever links lie around. :class:`UnsafeOutput` names the part that is a
+    link, not a folder, or another user's folder open to others."""
+    fd = os.open(root, _DIR_FLAGS)  # the user named root: it may be a link
+    here = root
+    try:
+        for part in parts:
+            here = here / part
+            if make:
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(part, 0o777, dir_fd=fd)
+            try:
+                sub = os.open(part, _DIR_FLAGS | _NOFOLLOW, dir_fd=fd)
+            except OSError as e:
+                if e.errno not in (errno.ELOOP, errno.ENOTDIR):
+                    raise
+                kind = "a link" if os.path.islink(here) else "not a folder"
+                raise UnsafeOutput(f"not following {here}: it is {kind}") from None
+            os.close(fd)
+            fd = sub
+            _check_owner(here, os.fstat(fd))
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def folder_below(root: str | Path, path: str | Path) -> Path:
+    """``path``, a folder inside ``root``, made where missing and checked one part at a time
+    (see the module's docstring): no part below ``root`` may be a link or not a folder, nor
+    another user's folder open to others (:class:`UnsafeOutput` names it).
+
+    >>> import tempfile, pathlib
+    >>> root = pathlib.Path(tempfile.mkdtemp())
+    >>> folder_below(root, root / "chrome").is_dir()
+    True
+    >>> (root / "ascend").symlink_to(tempfile.mkdtemp())
+    >>> folder_below(root, root / "ascend" / "x")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    mstx_marks.export.files.UnsafeOutput: not following .../ascend: it is a link
+    """
+    root, path = Path(root), Path(path)
+    our_folder(root, follow=True)
+    os.close(_open_below(root, _parts_below(root, path), make=True))
     return path
+
+
+def unlink_below(root: str | Path, path: str | Path) -> None:
+    """Remove the file ``path`` inside ``root`` through its folder's descriptor, reached
+    without following a link (:class:`UnsafeOutput` otherwise): never a file outside ``root``.
+    A link at ``path`` itself is refused too (it is not a file we wrote)."""
+    root, path = Path(root), Path(path)
+    parts = _parts_below(root, path)
+    if not parts:
+        raise UnsafeOutput(f"not removing {path}: it is {root} itself")
+    fd = _open_below(root, parts[:-1], make=False)
+    try:
+        st = os.stat(parts[-1], dir_fd=fd, follow_symlinks=False)
+        if not stat.S_ISREG(st.st_mode):
+            kind = "a link" if stat.S_ISLNK(st.st_mode) else "not a regular file"
+            raise UnsafeOutput(f"not removing {path}: it is {kind}")
+        os.unlink(parts[-1], dir_fd=fd)
+    finally:
+        os.close(fd)
+
+
+def scratch_file(folder: str | Path) -> BinaryIO:
+    """A file with no name in ``folder`` (``O_TMPFILE``, else named and removed at once) for an
+    export's scratch data: nothing is left behind however the export ends, and the space it
+    takes is on the disk the user chose (``/tmp`` may be memory).
+
+    >>> import tempfile
+    >>> with scratch_file(tempfile.mkdtemp()) as f:
+    ...     f.write(b"x")
+    1
+    """
+    return tempfile.TemporaryFile(dir=folder, prefix=".mstx_marks-scratch.", suffix=".tmp")
 
 
 def open_new_file(path: str | Path) -> int:
@@ -140,23 +254,27 @@ def open_regular(path: str | Path, *, gunzip: bool = False) -> Iterator[BinaryIO
 
 
 @contextlib.contextmanager
-def atomic_path(path: str | Path) -> Iterator[Path]:
+def atomic_path(path: str | Path, *, root: str | Path | None = None) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; on success it is renamed over ``path``.
 
     The temporary file lives in the same folder so the rename stays on one file system, which is
     what makes it atomic. On error the temporary file is removed and ``path`` is untouched.
     The file gets the mode a plain ``open()`` would give it (the umask's), or keeps the mode of
     the file it replaces: ``mkstemp``'s 0600 would lock colleagues out of a shared trace folder.
+    With ``root`` (the folder the user named, ``path`` inside it), the folders below ``root``
+    are made and checked by :func:`folder_below`: no link under it is followed. Without, the
+    folder of ``path`` may be a link the user made (it is the path the user gave).
     """
-    with atomic_paths(path) as (tmp,):
+    with atomic_paths(path, root=root) as (tmp,):
         yield tmp
 
 
 @contextlib.contextmanager
-def atomic_paths(*paths: str | Path) -> Iterator[list[Path]]:
+def atomic_paths(*paths: str | Path, root: str | Path | None = None) -> Iterator[list[Path]]:
     """:func:`atomic_path` for several files replaced together: all are written first, then
     renamed one after the other with SIGTERM and SIGINT held back, so a signal cannot land
-    between the renames (only SIGKILL could, in a window of a few system calls).
+    between the renames (only SIGKILL could, in a window of a few system calls). A target that
+    is a link is replaced by the file (the link's target is never touched).
 
     >>> import tempfile, pathlib
     >>> d = pathlib.Path(tempfile.mkdtemp())
@@ -179,7 +297,10 @@ def atomic_paths(*paths: str | Path) -> Iterator[list[Path]]:
     prefix_tail = f"{os.getpid()}@{_host()}."
     try:
         for target in targets:
-            our_folder(target.parent, follow=True)
+            if root is None:
+                our_folder(target.parent, follow=True)
+            else:
+                folder_below(root, target.parent)
             sweep_temps(target.parent)
             fd, tmp = tempfile.mkstemp(
                 prefix=f".{target.name}.{prefix_tail}", suffix=".tmp", dir=target.parent
@@ -189,7 +310,8 @@ def atomic_paths(*paths: str | Path) -> Iterator[list[Path]]:
             with _in_flight_lock:
                 _in_flight.add(tmp)
             try:
-                mode = target.stat().st_mode & 0o777
+                st = target.lstat()  # a link's target is not ours to read
+                mode = st.st_mode & 0o777 if stat.S_ISREG(st.st_mode) else 0o666 & ~_umask()
             except FileNotFoundError:
                 mode = 0o666 & ~_umask()
             os.chmod(tmp, mode)
@@ -278,9 +400,10 @@ def _umask() -> int:
     return mask
 
 
-def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
-    """Write ``data`` to ``path`` atomically (flushed to disk before the rename) and return it."""
-    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+def atomic_write_bytes(path: str | Path, data: bytes, *, root: str | Path | None = None) -> Path:
+    """Write ``data`` to ``path`` atomically (flushed to disk before the rename) and return it;
+    ``root`` as for :func:`atomic_path`."""
+    with atomic_path(path, root=root) as tmp, open(tmp, "wb") as f:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())

@@ -5,7 +5,12 @@ workers 20-60 ms after their SIGTERM, too soon for an export (which would be cut
 its temporaries), so a Ray worker writes only its final spill then (:mod:`.out`). The spill is
 the record; the exports are views of it, made afterwards by a reader (``mstx-marks export DIR``),
 named as the process itself would have named them (its role, rank, host and pid), so
-MindStudio Insight, msprof-analyze and Perfetto see every process of the job.
+MindStudio Insight, msprof-analyze and Perfetto see every process of the job. Each is streamed
+from its spill (:func:`~mstx_marks.export.stream.export_spill`): any length, bounded memory.
+
+The folder may be shared, and the export runs with the rights of whoever types it: no link
+under ``DIR`` is followed, to read a spill, to write or to remove a file (each one met is said);
+a spill that is empty or cannot be read is said and the others are exported.
 
 >>> import tempfile
 >>> from mstx_marks import configure, mark
@@ -27,34 +32,52 @@ True
 
 from __future__ import annotations
 
-import re
+import os
+import stat
 from pathlib import Path
+from typing import NamedTuple
 
-from mstx_marks.export.ascend_db import ascend_db_path
-from mstx_marks.export.flush import chrome_trace_path, db_worker, export_rank
-from mstx_marks.export.spill import read_spill
+from mstx_marks.base.records import TraceFileError
+from mstx_marks.export.spill import SPILL_SUFFIX
+from mstx_marks.export.stream import export_spill, process_files
 
-__all__ = ["export_spills", "unexported"]
+__all__ = ["Problem", "export_spills", "unexported"]
 
 
-def _exports_of(folder: Path, spill: Path) -> tuple[list[Path], list[Path]]:
-    """The Chrome traces and database files already written for the process of ``spill``
-    (``spill/<host>-<pid>.jsonl``), found by name alone: ``[ROLE-]rankN-<host>-<pid>`` and
-    ``[ROLE_]<host>_<pid>_<time>_ascend_pt`` (what comes right before the host is a separator,
-    so host ``a-h`` is not taken for host ``h``)."""
-    host, _, pid = spill.stem.rpartition("-")
-    chrome_name = re.compile(rf"(?:.*-)?rank[0-9]+-{re.escape(spill.stem)}\.trace\.json")
-    db_folder = re.compile(rf"(?:.*_)?{re.escape(host)}_{pid}_[0-9]+_ascend_pt")
-    chrome = sorted(
-        p for p in (folder / "chrome").glob("*.trace.json") if chrome_name.fullmatch(p.name)
-    )
-    dbs = sorted(
-        db
-        for d in (folder / "ascend").glob("*_ascend_pt")
-        if db_folder.fullmatch(d.name)
-        for db in (d / "ASCEND_PROFILER_OUTPUT").glob("ascend_pytorch_profiler_*.db")
-    )
-    return chrome, dbs
+class Problem(NamedTuple):
+    """One line :func:`export_spills` has to say: ``failed`` when a process with events got no
+    files (its spill unreadable, its folder refusing them), else a note (an empty spill, a link
+    left alone)."""
+
+    text: str
+    failed: bool
+
+
+def _spills(root: Path, problems: list[Problem] | None) -> list[Path]:
+    """The spill files under ``root/spill``: regular files only, never through a link (each
+    link said in ``problems``)."""
+    folder = root / "spill"
+    try:
+        if stat.S_ISLNK(os.lstat(folder).st_mode):
+            _say(problems, f"{folder} is a link: not followed, its spills not read")
+            return []
+        entries = sorted(os.scandir(folder), key=lambda e: e.name)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    found = []
+    for entry in entries:
+        if not entry.name.endswith(SPILL_SUFFIX):
+            continue
+        if entry.is_symlink():
+            _say(problems, f"{entry.path} is a link: not followed, not read")
+        elif entry.is_file(follow_symlinks=False):
+            found.append(Path(entry.path))
+    return found
+
+
+def _say(problems: list[Problem] | None, text: str, failed: bool = False) -> None:
+    if problems is not None and Problem(text, failed) not in problems:
+        problems.append(Problem(text, failed))
 
 
 def unexported(folder: str | Path) -> list[Path]:
@@ -64,36 +87,48 @@ def unexported(folder: str | Path) -> list[Path]:
     every process."""
     root = Path(folder)
     found = []
-    for spill in sorted(root.glob("spill/*.jsonl")):
-        chrome, dbs = _exports_of(root, spill)
-        if not chrome or not dbs:
+    for spill in _spills(root, None):
+        files = process_files(root, spill.stem)
+        if not files.chrome or not files.dbs:
             found.append(spill)
     return found
 
 
-def export_spills(folder: str | Path, *, every: bool = False) -> list[Path]:
+def export_spills(
+    folder: str | Path, *, every: bool = False, problems: list[Problem] | None = None
+) -> list[Path]:
     """Write the Chrome trace and Ascend database of each process in :func:`unexported` (of
-    every process with a spill, ``every``, replacing what it wrote); the files written. Run it
-    once the job has ended: a live process rewrites its own exports at its exit."""
+    every process with a spill, ``every``, replacing what it wrote); the files written. A
+    spill that cannot be read, or whose files cannot be written, is said in ``problems`` and
+    the others are exported all the same. Run it once the job has ended: a live process
+    rewrites its own exports at its exit (into the same database folder)."""
     root = Path(folder)
-    todo = sorted(root.glob("spill/*.jsonl")) if every else unexported(root)
+    todo = _spills(root, problems)
+    if not every:
+        left = set(unexported(root))
+        todo = [s for s in todo if s in left]
     written: list[Path] = []
     for spill in todo:
-        trace = read_spill(spill)
-        if not trace.records:
+        try:
+            if os.lstat(spill).st_size == 0:
+                _say(problems, f"{spill} is empty (its process ended before its first write):"
+                     " nothing to export")  # fmt: skip
+                continue
+            done = export_spill(root, spill, process=spill.stem)
+        except TraceFileError as e:
+            _say(problems, f"{e}: not exported", failed=True)
             continue
-        role = trace.role or ""
-        chrome, dbs = _exports_of(root, spill)
-        name = chrome_trace_path(root, trace.rank, spill.stem, role)
-        for old in chrome:  # the rank may have been another when it was last written
-            if old != name:
-                old.unlink()
-        if dbs:  # its folder is kept (torch_npu's name holds the time the process wrote it)
-            db = dbs[-1].parent / f"ascend_pytorch_profiler_{trace.rank}.db"
-            for old in dbs:
-                if old != db:
-                    old.unlink()
-        else:
-            db = ascend_db_path(root / "ascend", trace.rank, worker=db_worker(role, spill.stem))
-        written += export_rank(root, trace, db, spill.stem)
+        except OSError as e:  # a folder refusing the files, a link in the way
+            _say(problems, f"{spill}: not exported: {_why(e)}", failed=True)
+            continue
+        for text in done.refused:
+            _say(problems, text)
+        written += done.paths
     return written
+
+
+def _why(e: OSError) -> str:
+    """An OSError in one line, naming its file."""
+    if e.strerror and e.filename:
+        return f"cannot write {e.filename}: {e.strerror}"
+    return str(e) or type(e).__name__

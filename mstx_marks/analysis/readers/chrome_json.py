@@ -355,10 +355,9 @@ _KIND_NAMES = {
 WHOLE_JSON_BYTES = 16 << 20
 #: The most JSON text (after gunzip) a file may hold to be read a piece at a time: in bounded
 #: memory, but twice, each pass about 3.5 s per 100 MB, and then its records are made (measured,
-#: Python 3.11: our trace of 2e6 events, 226 MB, the most our exporter writes at exit, see
-#: :data:`~mstx_marks.export.spill.EXPORT_FACTOR`, is summarised in 32 s at 280 MB of peak RSS;
+#: Python 3.11: our trace of 2e6 events, 226 MB, is summarised in 32 s at 280 MB of peak RSS;
 #: parsed whole it took 2.5 GB). This bounds the time (about 70 s), at twice that trace, and
-#: stops a gzip that inflates to gigabytes.
+#: stops a gzip that inflates to gigabytes; a longer run's spill is read instead (it streams).
 MAX_STREAMED_JSON_BYTES = 512 << 20
 #: The most events a file may hold to be read a piece at a time: a pass takes about 1.5 s per
 #: million of the smallest (``{}``; measured), so this bounds a file of tiny events as
