@@ -219,7 +219,9 @@ def test_a_folder_that_refuses_the_first_spill_is_named_then_written_when_it_can
             with pytest.raises(OSError):
                 spill.write_now()
     assert len(w) == 1 and str(w[0].message).startswith(f"mstx_marks: cannot write {out}: ")
-    assert spill.unwritten == 1 and spill.read().records[0].name == "a"  # read from memory
+    with spill.on_disk() as (alone, extra):  # read from memory, through a file of its own
+        assert alone is not None and alone.parent != out.parent / "spill"
+        assert spill.unwritten == 1 and read_spill(alone, extra=extra).records[0].name == "a"
     out.unlink()
     rec.range_end(rec.range_start("b", "d"), "d")
     path = spill.write_now()

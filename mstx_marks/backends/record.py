@@ -21,8 +21,28 @@ slots at a time, counted) only while the spill is ``capacity`` events behind.
 
 Range ids keep counting across :meth:`Recorder.clear` (and the clear a forked child makes), so
 ending a range that was open when the recording was cleared does nothing, instead of ending
-whatever took its slot. The one lock (for new names and new chunks) is reentrant: a signal
-handler that starts a range while its thread held it does not deadlock.
+whatever took its slot.
+
+The contract with interruptions. A signal handler may run, and raise, between any two calls
+of the recording thread (CPython runs handlers and delivers asynchronous exceptions at calls,
+function entries and backward jumps), and may record ranges of its own there; so may another
+thread at the same points. So:
+
+- **A start is reserve-then-commit, and no reader waits on it.** A slot comes from an atomic
+  counter; its key is written last, and a slot with a key is complete. A drain steps past a
+  slot without its key and keeps it (its chunk kept, as for an open range): it comes out once
+  its key appears, and is counted as given up only after :data:`UNFINISHED_NS`. So a start cut
+  short anywhere, a RecursionError inside the clean-up itself included, holds back nothing
+  recorded after it. The clean-up after an exception (``_give_up``) only makes the count exact
+  sooner.
+- **Nothing on the recording path waits on a lock that the interrupted code may hold.** New
+  names and thread numbers take none: each step is one atomic operation, none depends on the
+  previous having run, and a step cut short leaves an unused entry, never a wrong one. New
+  chunks take a reentrant lock held for memory work only, and are appended with no call in
+  between (where no handler can run), so a handler that grows the columns meanwhile is seen.
+- **The reader never waits on the recording thread.** Freeing drained chunks takes the lock
+  without blocking; when it is busy the chunks are freed by a later drain. A freed chunk's
+  columns are scratch arrays, so a write still in flight lands harmlessly.
 
 >>> rec = Recorder(capacity=10)
 >>> rec.range_end(rec.range_start("step", "default"), "default")
@@ -32,11 +52,9 @@ handler that starts a range while its thread held it does not deadlock.
 
 from __future__ import annotations
 
-import functools
 import itertools
 import os
 import threading
-import weakref
 from array import array
 from time import monotonic_ns, time_ns
 from typing import Any, Callable, Mapping, NamedTuple, Sequence
@@ -51,6 +69,7 @@ from mstx_marks.base.records import InstantRecord, RangeRecord, Record
 __all__ = [
     "NAMES",
     "OTHER_NAMES",
+    "UNKNOWN_NAME",
     "Block",
     "DrainCursor",
     "Recorder",
@@ -67,6 +86,9 @@ __all__ = [
 NAMES = 65_536
 #: The name later new names are recorded under, past a recorder's ``names``.
 OTHER_NAMES = "(other names)"
+#: The name and domain a reader gives an event whose name its file does not define.
+UNKNOWN_NAME = "(unknown name)"
+UNKNOWN = (UNKNOWN_NAME, "default")
 
 
 def _wall_less_monotonic() -> int:
@@ -119,28 +141,42 @@ _GIVEN_UP = -2  # end column value of a slot whose start was interrupted before 
 _get_tid = threading.get_native_id
 # Placeholders in the chunk lists: a chunk freed after a release (its ends still take a stray
 # late write), and a chunk never held because the recorder was full (its slots were dropped).
-_GONE: array[int] = array("q")
+# A freed chunk's columns are these shared scratch arrays, full size: a start or an end still
+# in flight when its chunk was freed (a start the drain gave up on) lands here, harmlessly,
+# instead of raising into the user's code.
+_GONE_KEYS: array[int] = array("I", bytes(4 * _CHUNK))
+_GONE_TIDS: array[int] = array("I", bytes(4 * _CHUNK))
+_GONE_STARTS: array[int] = array("q", bytes(8 * _CHUNK))
 _GONE_ENDS: array[int] = array("q", bytes(8 * _CHUNK))
 _VOID: array[int] = array("q")
 _UNLIMITED = 1 << 62
+#: How long a drain keeps looking at a slot whose start has not completed before giving it up
+#: (a start takes microseconds; one a signal handler interrupted waits for the handler, which
+#: may save a checkpoint for minutes).
+UNFINISHED_NS = 10 * 10**9
 #: Native thread ids by thread number: the columns hold the 4-byte number, not the 8-byte id.
 _threads: list[int] = []
-#: The name each numbered thread had when it first recorded.
-_thread_names: list[str] = []
-_threads_lock = new_lock(reentrant=True)  # a signal handler may start a range meanwhile
+#: The name each numbered thread had when it first recorded, by thread number.
+_thread_names: dict[int, str] = {}
 _new = tuple.__new__
 # The native thread id is a system call (~200 ns); each thread asks once and keeps its number.
 _tls = threading.local()
 
 
 def _thread_number() -> int:
-    with _threads_lock:
-        _threads.append(_get_tid())
-        # Its name as it records (``rollout-0``): kept, since a thread that ended before the
-        # files are written is no longer there to be asked.
-        _thread_names.append(threading.current_thread().name)
-        number = _tls.number = len(_threads) - 1
-        return number
+    # No lock: a signal handler that records on this thread may run between any two calls here
+    # (a lock would deadlock it, a reentrant one would let it pair our id with its number).
+    # list.append is atomic, and the number is found again by value: an id equal to ours at or
+    # after where we appended is ours, or a dead thread's whose id the system reused (same id).
+    tid = _get_tid()
+    before = len(_threads)
+    _threads.append(tid)
+    number = _threads.index(tid, before)
+    # Its name as it records (``rollout-0``): kept, since a thread that ended before the
+    # files are written is no longer there to be asked.
+    _thread_names.setdefault(number, threading.current_thread().name)
+    _tls.number = number
+    return number
 
 
 def _forget_thread_ids() -> None:
@@ -171,11 +207,16 @@ class Recorder(Backend):
         #: Distinct ``(name, domain)`` pairs kept per generation; later new names are recorded
         #: as :data:`OTHER_NAMES` (a kept name costs about 200 bytes for the process's life).
         self.names_kept = names
+        # Held only for memory work, never across a wait, so whoever waits on it waits a few
+        # microseconds; reentrant for a signal handler's grow (see _grow).
         self._lock = new_lock(reentrant=True)
+        #: Called (from the recording thread, without blocking, never raising) when half the
+        #: room is taken, once per new chunk: the spill's writer sets it to be woken early.
+        self.wake_reader: Callable[[], None] | None = None
         self._base = 0
         self._reset()
         # A forked worker must not report its parent's ranges as its own.
-        after_fork_in_child(functools.partial(_clear_if_alive, weakref.ref(self)))
+        after_fork_in_child(self.clear)  # held weakly: a dropped recorder is freed
 
     def _reset(self) -> None:
         # Ids of this recording start past every id handed out before, whose ends are ignored.
@@ -185,10 +226,13 @@ class Recorder(Backend):
         #: Slots from this one on are dropped (exact, until a release switches to chunks).
         self._limit = self.capacity
         #: Chunks freed after a release, and chunks never held (their slots were dropped).
-        self._freed = self._void = 0
+        self._freed = self._void = self._held_back = 0
+        #: Slots dropped by the exact limit before the first release (see drain_blocks).
+        self._dropped_span = (0, 0)
         #: User arguments of events that have some (``mark(name, args=...)``), by slot.
         self._args: dict[int, Mapping[str, Any]] = {}
         self._starts: list[array[int]] = []
+        self._chunks = 0  # len(self._starts), kept where no call is needed to read it (_grow)
         self._ends: list[array[int]] = []
         self._keys: list[array[int]] = []
         self._tids: list[array[int]] = []
@@ -240,30 +284,40 @@ class Recorder(Backend):
         return self._dropped
 
     def _new_key(self, name: str, domain: str) -> int:
-        with self._lock:
-            names = self._key_of.get(domain)
-            key = None if names is None else names.get(name)
-            if key is not None:
-                return key
-            if len(self._names) > self.names_kept:
-                return self._other_key(domain)
-            if names is None:
-                names = self._key_of[domain] = {}
-            key = names[name] = len(self._names)
-            self._names.append((name, domain))
+        # No lock (see the module's contract): a signal handler may record a new name on this
+        # thread between any two calls here. Each step is one atomic operation under the GIL,
+        # and none depends on the previous one having run: the entry is appended, then found
+        # again by value at or after where it went (another thread's append of the same pair
+        # in between is the same name, so its key is as good), then published. Interrupted
+        # before the publication, the entry is only unused (the next start appends another).
+        names = self._key_of.get(domain)
+        key = None if names is None else names.get(name)
+        if key is not None:
             return key
+        table = self._names
+        before = len(table)
+        if before > self.names_kept:
+            return self._other_key(domain)
+        entry = (name, domain)
+        table.append(entry)
+        key = table.index(entry, before)
+        self._key_of.setdefault(domain, {})[name] = key
+        return key
 
     def _other_key(self, domain: str) -> int:
         """The key new names take once the table is full: :data:`OTHER_NAMES` in ``domain``
         when the domain was known by then, else in a domain of that name (so neither names nor
         domains grow the table without bound). Not kept in ``_key_of``: such a name comes here
-        at each start (a lock, a fraction of a microsecond), never into memory."""
+        at each start (a dict lookup), never into memory."""
         if domain not in self._key_of:
             domain = OTHER_NAMES
         key = self._others.get(domain)
         if key is None:
-            key = self._others[domain] = len(self._names)
-            self._names.append((OTHER_NAMES, domain))
+            table = self._names
+            before = len(table)
+            entry = (OTHER_NAMES, domain)
+            table.append(entry)  # lock-free as in _new_key
+            key = self._others.setdefault(domain, table.index(entry, before))
             warn_once(
                 ("names kept", id(self), self.generation),
                 f"more than {self.names_kept} distinct range names were recorded: later new"
@@ -274,39 +328,53 @@ class Recorder(Backend):
         return key
 
     def _grow(self, chunk: int) -> None:
-        with self._lock:
-            while len(self._starts) <= chunk:
-                if self._limit > self.capacity and self._live() >= self._max_chunks():
-                    # Released mode and no room: this chunk's slots are dropped, all of them.
-                    self._void += 1
-                    for column in (self._ends, self._keys, self._tids, self._starts):
-                        column.append(_VOID)
-                    continue
-                zeros = bytes(8 * _CHUNK)
-                # range_start checks len(self._starts) without the lock: the other columns must
-                # have their chunk before _starts gets it, or a concurrent start indexes past them.
-                self._ends.append(array("q", zeros))
-                self._keys.append(array("I", bytes(4 * _CHUNK)))
-                self._tids.append(array("I", bytes(4 * _CHUNK)))
-                self._starts.append(array("q", zeros))
+        """Give every column its chunks up to ``chunk`` (or mark them dropped, in released mode
+        with no room); then, once per chunk, wake the reader when half the room is taken."""
+        with self._lock:  # reentrant: a signal handler on this thread may grow meanwhile
+            while (n := self._chunks) <= chunk:
+                void = self._limit > self.capacity and self._live() >= self._max_chunks()
+                if void:  # released mode and no room: this chunk's slots are dropped, all
+                    ends = keys = tids = starts = (_VOID,)
+                else:
+                    wide, narrow = bytes(8 * _CHUNK), bytes(4 * _CHUNK)
+                    ends, starts = (array("q", wide),), (array("q", wide),)
+                    keys, tids = (array("I", narrow),), (array("I", narrow),)
+                # From this check to the last store there is no call, so no signal handler can
+                # run in between (CPython runs them only at calls, function entries and backward
+                # jumps), and nothing allocates a tracked object (no garbage collection, whose
+                # finalizers run Python code): a handler that grew the columns while the arrays
+                # above were made is seen here, and no column gets a chunk twice. _starts gets
+                # it last: range_start indexes _starts without the lock.
+                if self._chunks == n:
+                    self._ends += ends
+                    self._keys += keys
+                    self._tids += tids
+                    self._starts += starts
+                    self._void += void
+                    self._chunks = n + 1
+        wake = self.wake_reader
+        if wake is not None and 2 * self._live() >= self._max_chunks():
+            wake()
 
     def _live(self) -> int:
-        return len(self._starts) - self._freed - self._void
+        return len(self._starts) - self._freed - self._void - self._held_back
 
     def _max_chunks(self) -> int:
         return max(1, -(-self.capacity // _CHUNK))
 
     def _drop(self) -> int:
-        with self._lock:
-            self._dropped += 1
+        # No lock, and no call between the read and the store: atomic under the GIL, and
+        # nothing a signal handler on this thread could interleave with.
+        self._dropped += 1
         return 0
 
     # The hot path of the recorder: one Python frame per range start, no lock.
     def range_start(self, name: str, domain: str, _end: int = _OPEN) -> int:
         """Open a range; the returned id (>= 1, or 0 when full) goes to :meth:`range_end`."""
-        # An exception may arrive at any line below (a signal handler's, a RecursionError): the
-        # slot is then given up, not left unwritten, or every later drain would wait on it. The
-        # try costs nothing until something raises (CPython 3.11's zero-cost exceptions).
+        # An exception may arrive at any call below (a signal handler's, a RecursionError): the
+        # slot is then left unwritten (key 0), which no reader waits on (see drain_blocks); the
+        # give-up only makes the count exact at once, and may itself be cut short. The try
+        # costs nothing until something raises (CPython 3.11's zero-cost exceptions).
         i = -1
         try:
             i = next(self._next)
@@ -345,9 +413,9 @@ class Recorder(Backend):
             return
         chunk, off = i >> _SHIFT, i & _MASK
         try:
-            if len(self._starts) <= chunk:
-                self._grow(chunk)
-            if self._keys[chunk] is _VOID or self._keys[chunk] is _GONE:
+            if len(self._starts) <= chunk:  # never made: nothing to mark (drains step over)
+                return
+            if self._keys[chunk] is _VOID or self._keys[chunk] is _GONE_KEYS:
                 return
             if self._keys[chunk][off]:
                 if self._ends[chunk][off] == _OPEN:
@@ -355,7 +423,7 @@ class Recorder(Backend):
             else:
                 self._ends[chunk][off] = _GIVEN_UP
             self._given_up += 1
-        except BaseException:  # a second interruption: the drain's stall check still steps over
+        except BaseException:  # a second interruption: the drain steps over the slot anyway
             return
 
     def range_end(self, range_id: int, domain: str) -> None:
@@ -454,9 +522,16 @@ class Recorder(Backend):
                 name, domain = names[self._keys[chunk][off]]
                 start, tid = self._starts[chunk][off], _threads[self._tids[chunk][off]]
                 records.append(RangeRecord(name, domain, start, end, tid, pid, False, args.get(i)))
+        self._recheck_unfinished(cursor, still_open, records)
         first = cursor.next >> _SHIFT
-        if release:
-            self._limit = _UNLIMITED  # from now on, room is counted in chunks (see _grow)
+        if release and self._limit != _UNLIMITED:
+            # From now on, room is counted in chunks (see _grow). The slots taken past the
+            # exact limit until now were dropped (counted): no start will write them, so no
+            # drain must take them for unfinished. (A start between taking its slot and
+            # comparing it with the limit, a few bytecodes, may yet write it: if the drain
+            # has passed it by then, that one event is lost uncounted.)
+            old, self._limit = self._limit, _UNLIMITED
+            self._dropped_span = (old, self._issued())
         i, issued = cursor.next, min(self._issued(), self._limit)
         if upto is not None:
             issued = min(issued, upto)
@@ -465,42 +540,81 @@ class Recorder(Backend):
         while i < issued and (chunk := i >> _SHIFT) < len(self._starts):
             off = i & _MASK
             column = self._keys[chunk]
-            if column is _VOID or column is _GONE:  # dropped whole, or released after a drain
+            if column is _VOID or column is _GONE_KEYS:  # dropped whole, or freed after a drain
                 i = (chunk + 1) << _SHIFT
                 continue
             stop = min(_CHUNK, off + issued - i, off + max(1, limit - taken))
             keys = column[off:stop]
-            looked = len(keys)
-            if 0 in keys:  # a slot issued, not yet written: the block ends before it
-                del keys[self._pending(keys, chunk, off) :]
-            stop = off + len(keys)
             block = Block(
                 keys, self._starts[chunk][off:stop], self._ends[chunk][off:stop],
                 self._tids[chunk][off:stop],
             )  # fmt: skip
+            if 0 in keys:  # slots issued and not written yet: stepped over, never waited on
+                self._note_unfinished(block, i, cursor)
             self._take_out(block, i, still_open, records)
             if block.keys.count(0) < len(block.keys):
                 blocks.append(block)
             taken += len(keys)
             i += len(keys)
-            if len(keys) < looked or taken >= limit:
+            if taken >= limit:
                 break
         cursor.next, cursor.open = i, still_open
         if release:
-            self._release(first, i >> _SHIFT, still_open, cursor)
+            self._release(first, i >> _SHIFT, cursor)
         return blocks, records
 
-    def _pending(self, keys: array[int], chunk: int, off: int) -> int:
-        """The index in ``keys`` (slots from ``off`` of ``chunk``) of the first slot still
-        being written, stepping over those given up (:meth:`_give_up`); ``len(keys)`` if none."""
-        ends = self._ends[chunk]
-        j = keys.index(0)
-        while ends[off + j] == _GIVEN_UP:
-            try:
-                j = keys.index(0, j + 1)
-            except ValueError:
-                return len(keys)
-        return j
+    def _note_unfinished(self, block: Block, first: int, cursor: DrainCursor) -> None:
+        """Keep the slots of ``block`` whose start has not written its key (a thread between
+        two of its statements, or a start an exception cut short) in ``cursor.unfinished``, for
+        later drains to look at again: a drain steps past them rather than waiting, so an
+        interrupted start never holds back what other ranges recorded. Those given up already
+        (:meth:`_give_up`) are left out."""
+        keys, ends, now = block.keys, block.ends, monotonic_ns()
+        low, high = self._dropped_span
+        j = -1
+        for _ in range(keys.count(0)):
+            j = keys.index(0, j + 1)
+            if ends[j] != _GIVEN_UP and not low <= first + j < high:
+                cursor.unfinished.setdefault(first + j, now)
+
+    def _recheck_unfinished(
+        self, cursor: DrainCursor, still_open: list[int], records: list[Record]
+    ) -> None:
+        """Hand out the unfinished slots whose start has completed since (as records: few), drop
+        those given up, and give up those unfinished for longer than :data:`UNFINISHED_NS`."""
+        if not cursor.unfinished:
+            return
+        names, pid, args, now = self._names, self._pid, self._args, monotonic_ns()
+        for i, since in list(cursor.unfinished.items()):
+            chunk, off = i >> _SHIFT, i & _MASK
+            key, end = self._keys[chunk][off], self._ends[chunk][off]
+            if key:
+                del cursor.unfinished[i]
+                if end == _OPEN:
+                    still_open.append(i)
+                    continue
+                name, domain = names[key]
+                start, tid = self._starts[chunk][off], _threads[self._tids[chunk][off]]
+                if end == _INSTANT:
+                    records.append(InstantRecord(name, domain, start, tid, pid, args.get(i)))
+                else:
+                    records.append(
+                        RangeRecord(name, domain, start, end, tid, pid, False, args.get(i))
+                    )
+            elif end == _GIVEN_UP:
+                del cursor.unfinished[i]
+            elif now - since > UNFINISHED_NS:
+                # Its start has not finished in all that time: an exception cut it short with no
+                # give-up (a RecursionError that the give-up call itself hit, or a signal right
+                # after the slot was taken). Counted; its chunk may be freed from now on (a
+                # late write lands in the freed chunk's scratch columns).
+                self._ends[chunk][off] = _GIVEN_UP
+                self._given_up += 1
+                del cursor.unfinished[i]
+
+    def unfinished(self, cursor: DrainCursor) -> int:
+        """How many slots ``cursor`` steps over whose start has not completed (yet)."""
+        return len(cursor.unfinished) if cursor.generation == self.generation else 0
 
     def _take_out(
         self, block: Block, first: int, still_open: list[int], records: list[Record]
@@ -511,8 +625,9 @@ class Recorder(Backend):
         j = -1
         for _ in range(ends.count(_OPEN)):
             j = ends.index(_OPEN, j + 1)
-            still_open.append(first + j)
-            keys[j] = 0
+            if keys[j]:  # (an unfinished slot's end is 0 too: it is the cursor's unfinished)
+                still_open.append(first + j)
+                keys[j] = 0
         args = self._args
         if not args:
             return
@@ -542,22 +657,42 @@ class Recorder(Backend):
         mean (keys start at 1 in each :attr:`generation`)."""
         return self._names[first:]
 
-    def _release(self, first: int, stop: int, still_open: list[int], cursor: DrainCursor) -> None:
+    def _release(self, first: int, stop: int, cursor: DrainCursor) -> None:
         """Free chunks ``first`` .. ``stop - 1`` (every slot drained), but those holding a range
-        still open; chunks kept for that earlier are tried again."""
-        pinned = {j >> _SHIFT for j in still_open}
-        with self._lock:
-            for chunk in [*cursor.pinned, *range(first, stop)]:
-                if chunk in pinned or self._keys[chunk] is _VOID or self._keys[chunk] is _GONE:
+        still open or a slot unfinished; chunks kept earlier are tried again. Never waits: the
+        lock may be held by the thread this drain interrupted (a signal's write on the main
+        thread), so when it is busy the chunks are kept for the next drain."""
+        candidates = [*cursor.pinned, *range(first, stop)]
+        if not self._lock.acquire(blocking=False):
+            cursor.pinned = sorted(set(candidates))
+            return
+        try:
+            open_in = {j >> _SHIFT for j in cursor.open}
+            unfinished_in = {j >> _SHIFT for j in cursor.unfinished}
+            keep = open_in | unfinished_in
+            kept = []
+            for chunk in candidates:
+                if self._keys[chunk] is _VOID or self._keys[chunk] is _GONE_KEYS:
                     continue
-                for column in (self._keys, self._tids, self._starts):
-                    column[chunk] = _GONE
-                self._ends[chunk] = _GONE_ENDS  # a stray late end lands here, harmlessly
+                if chunk in keep:
+                    kept.append(chunk)
+                    continue
+                # _ends first: the one column a late write (an end) may still reach.
+                self._ends[chunk] = _GONE_ENDS
+                self._keys[chunk] = _GONE_KEYS
+                self._tids[chunk] = _GONE_TIDS
+                self._starts[chunk] = _GONE_STARTS
                 self._freed += 1
                 base = chunk << _SHIFT
-                for slot in [s for s in self._args if base <= s < base + _CHUNK]:
-                    del self._args[slot]
-            cursor.pinned = sorted(c for c in pinned if c < stop)
+                if self._args:
+                    for slot in [s for s in self._args if base <= s < base + _CHUNK]:
+                        del self._args[slot]
+            cursor.pinned = sorted(set(kept))
+            # Chunks kept only for an unfinished start take no room from new events (few, and
+            # each at most UNFINISHED_NS): 5 RecursionErrors must not fill a small recorder.
+            self._held_back = len(unfinished_in - open_in)
+        finally:
+            self._lock.release()
 
     def open_ranges(self, cursor: DrainCursor) -> list[RangeRecord]:
         """The ranges ``cursor`` holds as still open, ended now and flagged ``open``."""
@@ -584,7 +719,11 @@ class Recorder(Backend):
         return out
 
     def __len__(self) -> int:
-        return sum(1 for keys in self._keys for k in keys if k)
+        return sum(
+            len(keys) - keys.count(0)
+            for keys in self._keys
+            if keys is not _GONE_KEYS and keys is not _VOID
+        )
 
     def records(self) -> list[Record]:
         """Everything recorded, in the order the events started. A range still open is ended
@@ -594,7 +733,7 @@ class Recorder(Backend):
         i = -1
         threads = _threads
         for starts, ends, keys, tids in zip(self._starts, self._ends, self._keys, self._tids):
-            if keys is _GONE or keys is _VOID:  # freed after a spill drained it, or dropped
+            if keys is _GONE_KEYS or keys is _VOID:  # freed after a spill drained it, or dropped
                 i += _CHUNK
                 continue
             for start, end, key, number in zip(starts, ends, keys, tids):
@@ -639,15 +778,20 @@ def block_records(
     threads: Sequence[int] | Mapping[int, int],
     pid: int,
     sink: Callable[[Record], object],
+    unnamed: list[int] | None = None,
 ) -> int:
     """Hand ``block``'s events to ``sink`` as records, names and native thread ids looked up in
-    ``names`` and ``threads``; returns how many could not be (an unknown key or thread number,
-    a range that ends before it starts: what a damaged file holds), which are left out.
+    ``names`` and ``threads``; returns how many are left out (a range that ends before it
+    starts: what a damaged file holds). An event whose key or thread number the tables do not
+    define (their line was lost) is kept, named :data:`UNKNOWN_NAME` (thread 0), and counted in
+    ``unnamed[0]``: a lost name costs the name, never the event.
 
-    >>> got = []
-    >>> b = Block(array("I", [1, 0]), array("q", [5, 6]), array("q", [9, -1]), array("I", [0, 0]))
-    >>> block_records(b, {1: ("step", "d")}, [42], 7, got.append), [(r.name, r.end_ns) for r in got]
-    (0, [('step', 9)])
+    >>> got, unnamed = [], [0]
+    >>> b = Block(array("I", [1, 2]), array("q", [5, 6]), array("q", [9, -1]), array("I", [0, 0]))
+    >>> block_records(b, {1: ("step", "d")}, [42], 7, got.append, unnamed)
+    0
+    >>> [(r.name, r.thread) for r in got], unnamed
+    ([('step', 42), ('(unknown name)', 42)], [1])
     """
     bad = 0
     for key, start, end, number in zip(block.keys, block.starts, block.ends, block.threads):
@@ -656,9 +800,11 @@ def block_records(
         try:
             name, domain = names[key]
             tid = threads[number]
-        except (IndexError, KeyError):
-            bad += 1
-            continue
+        except (IndexError, KeyError):  # (rare: the slow way, each lookup on its own)
+            name, domain = _lookup(names, key, UNKNOWN)
+            tid = _lookup(threads, number, 0)
+            if unnamed is not None:
+                unnamed[0] += 1
         # tuple.__new__: the NamedTuples' own __new__ is a Python call, the most of the cost
         if end == _INSTANT:
             sink(_new(InstantRecord, (name, domain, start, tid, pid, None)))
@@ -667,6 +813,13 @@ def block_records(
         else:
             bad += 1
     return bad
+
+
+def _lookup(table: Any, key: int, default: Any) -> Any:
+    try:
+        return table[key]
+    except (IndexError, KeyError):
+        return default
 
 
 def native_thread_ids(first: int = 0) -> list[int]:
@@ -685,13 +838,13 @@ def thread_names(first: int = 0) -> list[str]:
     >>> thread_names()[native_thread_ids().index(rec.records()[0].thread)]
     'rollout-0'
     """
-    return _thread_names[first:]
+    return [_thread_names.get(n, "") for n in range(first, len(_threads))]
 
 
 class DrainCursor:
     """Where :meth:`Recorder.drain` stopped: the next slot to look at, and the open ranges."""
 
-    __slots__ = ("generation", "next", "open", "pinned")
+    __slots__ = ("generation", "next", "open", "pinned", "unfinished")
 
     def __init__(self) -> None:
         self.reset(0)
@@ -699,14 +852,12 @@ class DrainCursor:
     def reset(self, generation: int) -> None:
         self.generation, self.next = generation, 0
         self.open: list[int] = []
-        #: Chunks drained whole but kept for a range still open in them (``release``).
+        #: Chunks drained whole but kept for a range still open or a slot unfinished in them,
+        #: or because the lock was busy (``release``).
         self.pinned: list[int] = []
-
-
-def _clear_if_alive(ref: weakref.ref[Recorder]) -> None:
-    recorder = ref()
-    if recorder is not None:
-        recorder.clear()
+        #: Slots stepped over while their start was unfinished, and when first seen so
+        #: (monotonic ns): handed out once complete, given up after :data:`UNFINISHED_NS`.
+        self.unfinished: dict[int, int] = {}
 
 
 _default: Recorder | None = None

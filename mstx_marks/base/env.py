@@ -27,6 +27,7 @@ __all__ = [
     "CAPTURE",
     "DISABLE",
     "EXCLUDE",
+    "EXIT_SECONDS",
     "INCLUDE",
     "INSTRUMENT",
     "MAX_DIGITS",
@@ -75,6 +76,7 @@ RANKS = "MSTX_MARKS_RANKS"
 RECORD_CAPACITY = "MSTX_MARKS_RECORD_CAPACITY"
 RECORD_NAMES = "MSTX_MARKS_RECORD_NAMES"
 OUT = "MSTX_MARKS_OUT"
+EXIT_SECONDS = "MSTX_MARKS_EXIT_SECONDS"
 INSTRUMENT = "MSTX_MARKS_INSTRUMENT"
 SAMPLE = "MSTX_MARKS_SAMPLE"
 CAPTURE = "MSTX_MARKS_CAPTURE"
@@ -112,6 +114,12 @@ VARIABLES: tuple[Variable, ...] = (
         OUT,
         "a folder",
         "every process records its ranges (beside the device backend) and writes them there",
+    ),
+    Variable(
+        EXIT_SECONDS,
+        "an int >= 1 (default 10)",
+        "how long a process's last write (at exit, or on SIGTERM) may take; what does not fit "
+        "is said, stays in the spill, and `mstx-marks export` writes it",
     ),
     Variable(
         INSTRUMENT,

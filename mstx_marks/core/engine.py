@@ -12,19 +12,26 @@ user's own code and exceptions pass through untouched.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import types
 from collections.abc import AsyncGenerator, Generator, Mapping
 from typing import Any, Callable, TypeVar, Union
 
 from mstx_marks.backends.base import EndFn
+from mstx_marks.backends.record import Recorder
 from mstx_marks.backends.reopen import WAITING, Token
+from mstx_marks.base.interrupts import users_own
 from mstx_marks.core.routing import Gate, HoldFn, attach, fault, resolve
 from mstx_marks.core.sampling import Decisions, Policy
 
-__all__ = ["ArgsGate", "begin", "finish", "rewrap", "target_name", "wrap_function"]
+__all__ = ["ArgsGate", "begin", "cut_short", "finish", "rewrap", "target_name", "wrap_function"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 release = WAITING.release
+waiting = WAITING
+_Method = types.MethodType
+_RANGE_END = Recorder.range_end
 
 
 def begin(
@@ -40,8 +47,8 @@ def begin(
         handle = start(name, domain)
     except Exception as exc:
         return end, fault(start, exc)
-    if not handle and (hold := gate.hold) is not None:
-        handle = hold(name, domain, start, end)
+    if (not handle or waiting.watching) and (hold := gate.hold) is not None:
+        handle = hold(name, domain, start, end, handle)
     return end, handle
 
 
@@ -49,10 +56,29 @@ def finish(end: EndFn, handle: Any, domain: str) -> None:
     if handle:
         try:
             end(handle, domain)
-        except Exception as exc:
-            fault(end, exc)
+        except BaseException as exc:
+            cut_short(end, handle, domain, exc)
     elif handle.__class__ is Token:  # held, never recorded: what it was started again under
         release(handle)
+
+
+def cut_short(end: EndFn, handle: Any, domain: str, exc: BaseException) -> None:
+    """An end that raised ``exc``. The recorder's end cannot fail: an exception from it is the
+    user's (Ctrl-C, a signal handler's timeout), and it arrived before the end's one store (its
+    only interruption points, its entry and its clock read, come first), so the end is made
+    again, now, and the range does not stay open to the end of the run. Checked with no call
+    before the second end, where a second signal could land. Another backend's own exception
+    is a fault, contained; the user's goes on unchanged (a device's end is not made twice: it
+    may have ended already, and a second end is no no-op there)."""
+    if end.__class__ is _Method and end.__func__ is _RANGE_END:
+        # (a second interruption meanwhile is dropped: the first is the one the user gets)
+        with contextlib.suppress(BaseException):
+            end(handle, domain)
+        raise exc
+    if isinstance(exc, Exception) and not users_own(exc):
+        fault(end, exc)
+        return
+    raise exc
 
 
 def wrap_function(
@@ -100,16 +126,16 @@ def _plain(func: Callable[..., Any], name: str, domain: str, gate: _Gate) -> Cal
         except Exception as exc:
             handle = fault(start, exc)
         else:
-            if not handle and (hold := gate.hold) is not None:
-                handle = hold(name, domain, start, end)
+            if (not handle or waiting.watching) and (hold := gate.hold) is not None:
+                handle = hold(name, domain, start, end, handle)
         try:
             return func(*args, **kwargs)
         finally:
             if handle:
                 try:
                     end(handle, domain)
-                except Exception as exc:
-                    fault(end, exc)
+                except BaseException as exc:
+                    cut_short(end, handle, domain, exc)
             elif handle.__class__ is Token:
                 release(handle)
 

@@ -38,7 +38,7 @@ __all__ = ["configure", "current_backend", "is_active", "recording"]
 Stream = object
 BackendSpec = Union[str, Backend]
 #: ``hold(name, domain, start, end)``: keep a range the backend did not record (``reopen.py``).
-HoldFn = Callable[[str, str, StartFn, EndFn], Token]
+HoldFn = Callable[[str, str, StartFn, EndFn, Any], Token]
 
 _lock = new_lock(reentrant=True)
 
@@ -196,8 +196,10 @@ def _first_use(g: Gate) -> Emitter | None:
     # Faults are reported against the real calls: fault() knows their backend, not the stand-in's.
     def start(name: str, domain: str) -> Any:
         _resolve()
+        if g.start is start:  # an apply cut short (Ctrl-C) before it routed this gate
+            g.route(_emitter_for(g))
         real_start, real_end = g.start, g.end
-        if real_start is None:
+        if real_start is None or real_start is start:
             return 0
         try:
             handle = real_start(name, domain)
@@ -213,8 +215,10 @@ def _first_use(g: Gate) -> Emitter | None:
 
     def instant(name: str, domain: str) -> None:
         _resolve()
+        if g.instant is instant:  # (as in start)
+            g.route(_emitter_for(g))
         real_instant = g.instant
-        if real_instant is not None:
+        if real_instant is not None and real_instant is not instant:
             try:
                 real_instant(name, domain)
             except Exception as exc:
@@ -293,7 +297,6 @@ def _apply(rearm: bool = False) -> None:
     merged = {**settings_from_env(), **s.explicit} if not s.resolved else {**s.explicit}
     if not s.resolved:
         s.explicit = merged
-    s.resolved = True
     spec = merged.get("backend", "auto")
     record = bool(merged.get("record", False))
     if spec != s.spec or record != s.record or rearm:
@@ -313,6 +316,9 @@ def _apply(rearm: bool = False) -> None:
     s.exclude = frozenset(merged.get("exclude") or ())
     ranks = merged.get("ranks")
     s.ranks = frozenset(ranks) if ranks else None
+    # Resolved only once every gate is routed: an apply cut short (Ctrl-C at the first range)
+    # is made again whole by the next range, instead of leaving gates on their stand-in.
+    s.resolved = True
     _refresh()
 
 
@@ -354,6 +360,8 @@ def _rearm(backend: Backend) -> None:
         backend.report_faults_to(fault)
         backend.rearm()
     except Exception as exc:  # a custom backend's rearm() must not reach the workload
+        if users_own(exc):  # (but the user's own exception, arriving meanwhile, must)
+            raise
         warn_once(("rearm", backend.name), f"backend {backend.name!r}: rearm() raised {exc!r}")
 
 
@@ -387,6 +395,8 @@ def _build(key: Hashable, stream: Stream) -> Emitter:
     try:
         em = backend.emitter(None if host_only else stream)
     except Exception as exc:
+        if users_own(exc):  # the user's, arriving as emitter() ran: not the backend's
+            raise
         if key is None or host_only:
             s.faults.rest(backend, exc)
         else:
@@ -523,8 +533,9 @@ def attach(handle: Any, args: Mapping[str, Any]) -> None:
     """Keep ``args`` with the range ``handle`` where it is recorded; never raises."""
     try:
         _settings.backend.keep_args(handle, args)
-    except Exception:  # an unexpected handle shape: the range stands, its args are not kept
-        return
+    except Exception as exc:  # an unexpected handle shape: the range stands, args are not kept
+        if users_own(exc):
+            raise
 
 
 def instant_with_args(g: Gate, name: str, args: Mapping[str, Any]) -> None:

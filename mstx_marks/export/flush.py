@@ -1,13 +1,11 @@
-"""A process's files and its exit: one rank's Chrome trace and database written together, and
-SIGTERM/SIGINT held back while the exit's writing runs.
+"""A process's files and its signals: one rank's Chrome trace and database written together, and
+a write run on a signal before the handler that was there.
 
 The recording session that decides when to write them is :mod:`.out` (one per process: every
-request for files joins it). Here: :func:`export_rank` writes one rank's two files atomically and
-together (a flush cut short by a second signal leaves the previous complete files, never half of
-one); :func:`signals_deferred` holds SIGTERM and SIGINT back while the exit's work runs and
-handles them once it is done, so a signal at exit neither re-enters the writing (which waited on
-itself for ever) nor cuts it short; :func:`chain_signal` runs a writer on a signal, then what was
-installed before.
+request for files joins it), and its writer thread writes them (:mod:`.writer`). Here:
+:func:`export_rank` writes one rank's two files atomically and together (a write cut short
+leaves the previous complete files, never half of one); :func:`chain_signal` runs a write on a
+signal, then what was installed before.
 
 Every file a process writes is named by :func:`chrome_trace_path` and :func:`db_worker`: its
 role, its rank and the process (``<host>-<pid>``), so the processes of a job, which may all say
@@ -23,14 +21,12 @@ True
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import socket
-import threading
 from pathlib import Path
 from types import FrameType
-from typing import Any, Callable, Iterator
+from typing import Callable
 
 from mstx_marks.base.records import RankTrace
 from mstx_marks.export.ascend_db import ascend_db_path, write_ascend_db
@@ -43,7 +39,6 @@ __all__ = [
     "db_worker",
     "export_rank",
     "safe_role",
-    "signals_deferred",
     "this_process",
 ]
 
@@ -123,19 +118,23 @@ def export_rank(
     return [chrome, Path(db_path)]
 
 
-def chain_signal(signum: int, before: Callable[[], None]) -> None:
-    """Run ``before`` on ``signum``, then what was installed before (dying of the signal when
-    that was the default). A signal arriving while ``before`` runs does not start it again: the
-    first one's flush finishes, then the chain goes on."""
+def chain_signal(signum: int, before: Callable[[object], None]) -> None:
+    """Run ``before(previous)`` on ``signum``, then ``previous``, the handler installed before
+    (dying of the signal when that was the default). ``before`` is told which handler comes
+    next, since what it must do depends on it (a handler that raises KeyboardInterrupt may
+    leave the process running). Once run, the chain gives the signal back to ``previous``: a
+    second signal goes to it directly, never into a write already under way. ``before`` must
+    follow the contract of :mod:`.writer`: it runs at any bytecode boundary of the main
+    thread."""
     previous = signal.getsignal(signum)
     running: list[int] = []
 
     def handler(num: int, frame: FrameType | None) -> None:
         if running:
-            return  # a second signal during the flush: the first one carries on
+            return  # a second signal during the write: the first one carries on
         running.append(num)
         try:
-            before()
+            before(previous)
         finally:
             running.clear()
         signal.signal(num, previous)
@@ -152,46 +151,3 @@ def _run_previous(num: int, previous: object, frame: FrameType | None) -> None:
         # Die of the same signal, so the parent sees the usual exit status.
         signal.signal(num, signal.SIG_DFL)
         os.kill(os.getpid(), num)
-
-
-_DEFERRED: tuple[int, ...] = (signal.SIGTERM, signal.SIGINT)
-_deferring: list[int] = []  # depth of signals_deferred in the main thread
-_pending: list[int] = []  # signals that arrived meanwhile
-
-
-def _defer(num: int, frame: FrameType | None) -> None:
-    _pending.append(num)
-
-
-@contextlib.contextmanager
-def signals_deferred() -> Iterator[None]:
-    """Hold SIGTERM and SIGINT back (in the main thread; elsewhere signals never run Python
-    code) while the block runs, then handle those that came as the handler in place before
-    would have (minus another flush of ours: the block was it). What a process's exit work runs
-    in: a signal can neither re-enter it (a lock it holds) nor cut it short (Ctrl-C's
-    KeyboardInterrupt in the middle of the spill)."""
-    if _deferring or threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    saved: dict[int, Any] = {}
-    for signum in _DEFERRED:
-        try:
-            saved[signum] = signal.signal(signum, _defer)
-        except (ValueError, OSError, TypeError):
-            continue
-    _deferring.append(1)
-    try:
-        yield
-    finally:
-        _deferring.clear()
-        for signum, before in saved.items():
-            with contextlib.suppress(ValueError, OSError, TypeError):
-                signal.signal(signum, before)
-        came = list(dict.fromkeys(_pending))
-        _pending.clear()
-        for signum in came:
-            handler: Any = saved.get(signum)
-            while hasattr(handler, "mstx_previous"):  # ours: its flush is what just ran
-                handler = handler.mstx_previous
-            if handler is not None:
-                _run_previous(signum, handler, None)

@@ -48,6 +48,7 @@ per view and process, rewritten by each write), and the spill says it in its hea
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
 import multiprocessing
 import os
@@ -55,6 +56,7 @@ import signal
 import stat
 import sys
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
@@ -64,11 +66,11 @@ from mstx_marks.backends.record import Recorder, default_recorder
 from mstx_marks.base import env
 from mstx_marks.base.diagnostics import warn, warn_once
 from mstx_marks.base.forking import after_fork_in_child, new_lock
-from mstx_marks.base.records import RankTrace
 from mstx_marks.core import routing as settings
-from mstx_marks.export.ascend_db import ascend_db_path
-from mstx_marks.export.flush import chain_signal, db_worker, export_rank, signals_deferred
+from mstx_marks.export.flush import chain_signal
 from mstx_marks.export.spill import Spill
+from mstx_marks.export.stream import ExportTimedOut, export_spill
+from mstx_marks.export.writer import Request, Writer, say
 
 __all__ = [
     "OutSession",
@@ -212,17 +214,14 @@ class View:
     rank: int | None = None
     #: What the last write put there (a write with nothing recorded never replaces it).
     written: list[Path] = field(default_factory=list)
-    #: The database path, fixed at the view's first write in a process, and the rank and role
-    #: it is for: each later write replaces that database rather than adding a folder.
-    db_path: Path | None = None
-    db_for: tuple[int, str] | None = None
 
 
 class OutSession:
     """One recording's spill and exits, and the views written from it (module docstring).
 
     ``recorder`` is the process's recorder unless given (a private recording of one's own);
-    the spill lives in the first view's folder. :meth:`close` writes every view, once.
+    the spill lives in the first view's folder. Its files are written by its one writer thread
+    (:mod:`.writer`): :meth:`flush` and :meth:`close` ask it and wait, with a deadline.
     """
 
     def __init__(
@@ -243,15 +242,20 @@ class OutSession:
         self._closed = False
         self._late_writes = 0
         self._lost_said = False
-        # Re-entrant: a flush called from a signal handler on a thread already writing.
+        self._exported = -1  # the spill's event count when the views were last written
+        # Only for the list of views: never held across a wait, nor by the writer.
         self.lock = new_lock(reentrant=True)
+        # Serves a request on the asking thread once the writer has stopped (at exit).
+        self._inline = new_lock()
         self._begin()
 
     def _begin(self) -> None:
         self.spill = Spill(self.out_dir, self.recorder, rank=self._rank(), role=process_role())
-        self._stop = threading.Event()
-        if self.interval is not None:
-            threading.Thread(target=self._loop, name="mstx_marks spill", daemon=True).start()
+        self.writer = Writer(self._serve, self.interval, failed=self._failed,
+                             at_exit=self._program_done, name="mstx_marks spill")  # fmt: skip
+        # Woken when the recorder is half full, not only every interval: a loop recording a
+        # range every 0.6 us fills 50,000 events in 30 ms, and the writer takes 0.2 us each.
+        self.recorder.wake_reader = self.writer.wake
 
     def _rank(self) -> int:
         explicit = [v.rank for v in self.views if v.rank is not None]
@@ -269,13 +273,9 @@ class OutSession:
         _say_if_unwritable(folder)
         return view
 
-    def _loop(self) -> None:
-        assert self.interval is not None
-        while not self._stop.wait(self.interval):
-            self.write_now(blocking=True)
-
     def write_now(self, *, final: bool = False, blocking: bool = True) -> Path:
-        """Spill what completed (and, ``final``, what is still open); never raises."""
+        """Spill what completed (and, ``final``, what is still open) on this thread; never
+        raises. The writer's own step; elsewhere, for tests and code that owns the session."""
         try:
             # The rank may become known later (torch.distributed initialised after start).
             self.spill.rank, self.spill.role = self._rank(), process_role()
@@ -283,78 +283,176 @@ class OutSession:
         except Exception:
             return self.spill.path
 
-    def flush(self, view: View | None = None) -> list[Path]:
+    def _ask(self, kind: str, arg: Any = None, timeout: float | None = None) -> Any:
+        """What the writer did for ``kind``: asked and waited for, at most ``timeout`` seconds
+        (the exit's budget by default); None when it did not answer in time, said once."""
+        timeout = exit_seconds() if timeout is None else timeout
+        if not self.writer.alive():  # stopped (the program is done): on this thread, one at a time
+            if not self._inline.acquire(timeout=timeout):
+                return None
+            try:
+                request = Request(kind, arg)
+                self._serve([request], False)
+                return request.result
+            finally:
+                self._inline.release()
+        served, result = self.writer.ask_and_wait(kind, arg, timeout)
+        if served:
+            return result
+        say(f"the files of {self.out_dir} were not all written within {timeout:g} s"
+            f" ({env.EXIT_SECONDS}): every event is in the spill {self.spill.path};"
+            f" `mstx-marks export {self.out_dir}` writes the rest")  # fmt: skip
+        return None
+
+    def flush(self, view: View | None = None, *, timeout: float | None = None) -> list[Path]:
         """Spill now and write ``view`` (every view: None) from the spill; the files written.
-        The session goes on: a later flush or the exit writes them again, with more."""
-        with signals_deferred(), self.lock:
-            spilled = self.write_now(final=True)
-            return self._write_views([view] if view is not None else self.views, spilled)
+        The session goes on: a later flush or the exit writes them again, with more. With
+        ``timeout`` (seconds: a signal's flush), the wait and the writing stop then."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        wait = _FLUSH_WAIT if timeout is None else timeout
+        return self._ask("flush", (view, deadline), wait) or []
+
+    def spill_now(self) -> Path:
+        """Spill everything now, open ranges included (flagged), and wait for it (a Ray
+        worker's last act, ``os._exit``'s)."""
+        result = self._ask("spill")
+        return result[0] if result else self.spill.path
 
     def close(self) -> list[Path]:
-        """The last spill, then every view's Chrome trace and database; idempotent."""
-        with self.lock:
-            if self._closed:
-                return []
+        """The last spill, then every view's Chrome trace and database; once (a later close
+        writes only what was recorded since)."""
+        written: list[Path] = self._ask("close") or []
+        if self.recorder is default_recorder() and not self.spill_only:
+            _write_late_ranges(self)
+        return written
+
+    def late(self) -> None:
+        """An event completed after :meth:`close` by an exit hook (one that runs after ours,
+        having been registered before the library was imported): spill it and write the views
+        again, at once, since nothing runs later to do it. At most :data:`LATE_REWRITES` times;
+        after that only the spill takes them (said once). Exit hooks run on the main thread:
+        another thread still recording then (a daemon that the shutdown is about to stop)
+        asks nothing, or each of its ranges would make a write."""
+        if threading.current_thread() is threading.main_thread():
+            self._ask("late")
+
+    # -- the writer's side ----------------------------------------------------------------
+
+    def _serve(self, batch: list[Request], signalled: bool) -> None:
+        """What the writer does when it wakes: the requests in order (the same request twice in
+        one batch is done once), else spill what completed (the interval, or a signal)."""
+        if not batch:
+            self.write_now()
+            return
+        done: dict[tuple[str, int], Any] = {}
+        for request in batch:
+            key = (request.kind, id(request.arg))
+            if key not in done:
+                done[key] = self._do(request.kind, request.arg)
+            request.result = done[key]
+
+    def _do(self, kind: str, arg: Any) -> list[Path]:
+        if kind == "spill":
+            return [self.write_now(final=True)]
+        if kind == "flush":
+            view, deadline = arg
+            spilled = self.write_now(final=True)
+            views = [view] if view is not None else list(self.views)
+            return self._write_views(views, spilled, deadline)
+        deadline = time.monotonic() + exit_seconds()
+        if kind == "close" and not self._closed:
             self._closed = True
-            self._stop.set()
             spilled = self.write_now(final=True)
             if self.spill_only:
                 return [spilled]
-            written = [spilled, *self._write_views(self.views, spilled)]
+            written = [spilled, *self._write_views(list(self.views), spilled, deadline)]
             if self.spill.lost and not self._lost_said:  # the folder took writes again later
                 warn(f"{self.spill.lost} of the {self.spill.events} events recorded are in no"
                      f" file: {env.shown(self.out_dir)} refused them for too long")  # fmt: skip
-            if self.recorder is default_recorder():
-                _write_late_ranges(self)
             return written
-
-    def late(self) -> None:
-        """An event completed after :meth:`close` (an exit hook that runs after ours, having
-        been registered before the library was imported): spill it and write the views again,
-        at once, since nothing runs later to do it. At most :data:`LATE_REWRITES` times; after
-        that only the spill takes them (said once)."""
-        with signals_deferred(), self.lock:
-            spilled = self.write_now(final=True)
-            if self._late_writes >= LATE_REWRITES:
-                warn_once(
-                    ("late ranges",),
-                    f"ranges recorded at exit after {LATE_REWRITES} were written after the"
-                    f" exports: they are in the spill ({spilled}) only",
-                )
-                return
-            self._late_writes += 1
-            self._write_views(self.views, spilled)
-
-    def _write_views(self, views: list[View], spilled: Path) -> list[Path]:
-        if self.spill.too_long_to_export():
+        # "late", or a close after the first: what was recorded since, if anything
+        spilled = self.write_now(final=True)
+        if self.spill.events == self._exported or self.spill_only:
             return [spilled]
-        # Made from the spill: the recorder released what it spilled (constant memory).
+        if self._late_writes >= LATE_REWRITES:
+            warn_once(
+                ("late ranges",),
+                f"ranges recorded at exit after {LATE_REWRITES} were written after the"
+                f" exports: they are in the spill ({spilled}) only",
+            )
+            return [spilled]
+        self._late_writes += 1
+        return [spilled, *self._write_views(list(self.views), spilled, deadline)]
+
+    def _program_done(self) -> None:
+        """The exit's write, made by the writer itself once the program is done (its main
+        thread and the threads the shutdown waits for have ended): no exit hook of the main
+        thread's is needed for it. Hooks that record after this are :class:`_Late`'s."""
+        self._do("close", None)
+        if self.recorder is default_recorder() and not self.spill_only:
+            _write_late_ranges(self)
+
+    def _failed(self, exc: BaseException) -> None:
+        what = f"{env.shown(self.out_dir)} failed ({type(exc).__name__}: {env.shown(exc, 200)})"
+        warn_once(("writer", id(self)), f"writing {what}; the writer goes on")
+
+    def _write_views(
+        self, views: list[View], spilled: Path, deadline: float | None = None
+    ) -> list[Path]:
+        """Each view's Chrome trace and database, streamed from the spill in bounded memory
+        (:func:`~.stream.export_spill`), whatever the run's length; past ``deadline``
+        (``time.monotonic()``), what is not written is said and left to ``mstx-marks
+        export``, the previous files kept whole."""
+        spill = self.spill
+        written: list[Path] = []
         try:
-            trace = self.spill.read()
-        except (OSError, ValueError) as exc:  # (TraceFileError is a ValueError)
+            with spill.on_disk() as (path, extra):
+                for view in views:
+                    written += self._write_view(view, path, extra, deadline)
+        except (OSError, ValueError) as exc:  # the spill cannot be read back (TraceFileError)
             warn_once(("spill unread", str(spilled)), f"no Chrome trace or database written:"
                       f" the spill cannot be read back ({env.shown(exc, 300)})")  # fmt: skip
             return [spilled]
-        written: list[Path] = []
-        for view in views:
-            if not trace.records:
-                if self.spill.unwritten:  # recorded, but in no file: not an empty recording
-                    self._say_lost(view, self.spill.failure or "its writes failed")
-                    continue
-                warn_once(
-                    ("empty recording", str(view.out_dir)),
-                    f"this process recorded no ranges, so {view.out_dir} gets none:"
-                    f" {_why_empty(self.recorder)}",
-                )
-                written += view.written  # an empty recording never replaces one with ranges
-                continue
+        self._exported = spill.events
+        return written
+
+    def _write_view(
+        self, view: View, path: Path | None, extra: bytes, deadline: float | None
+    ) -> list[Path]:
+        spill = self.spill
+        done = None
+        if path is not None:
             try:
-                view.written[:] = self._export(trace, view)
+                done = export_spill(
+                    view.out_dir,
+                    path,
+                    extra=extra,
+                    rank=view.rank if view.rank is not None else spill.rank,
+                    role=spill.role,
+                    deadline=deadline,
+                    dropped=self.recorder.dropped,
+                )
+            except ExportTimedOut as exc:
+                say(f"{exc}; every event is in the spill: `mstx-marks export"
+                    f" {view.out_dir}` writes the rest")  # fmt: skip
+                return view.written
             except OSError as exc:  # one folder that cannot be written spoils no other
                 self._say_lost(view, exc.strerror or str(exc))
-                continue
-            written += view.written
-        return written
+                return []
+            for line in done.refused:
+                warn_once(("refused", line), line)
+        if done is None or not done.paths:
+            if spill.unwritten:  # recorded, but in no file: not an empty recording
+                self._say_lost(view, spill.failure or "its writes failed")
+                return []
+            warn_once(
+                ("empty recording", str(view.out_dir)),
+                f"this process recorded no ranges, so {view.out_dir} gets none:"
+                f" {_why_empty(self.recorder)}",
+            )
+            return view.written  # an empty recording never replaces one with ranges
+        view.written[:] = done.paths
+        return view.written
 
     def _say_lost(self, view: View, reason: str) -> None:
         """At the exit's write, once per folder: what ``view`` did not get, and whether the
@@ -366,23 +464,17 @@ class OutSession:
             self._lost_said = True
         warn_once(("lost at exit", str(view.out_dir)), text)
 
-    def _export(self, trace: RankTrace, view: View) -> list[Path]:
-        trace.rank = view.rank if view.rank is not None else self.spill.rank
-        trace.role = self.spill.role
-        if view.db_path is None or view.db_for != (trace.rank, trace.role):  # (known late)
-            worker = db_worker(trace.role)
-            view.db_path = ascend_db_path(view.out_dir / "ascend", trace.rank, worker=worker)
-            view.db_for = (trace.rank, trace.role)
-        # Named by this process (a forked child's files are its own, never its parent's).
-        return export_rank(view.out_dir, trace, view.db_path)
-
     def _forked(self) -> None:
         # The child has its own pid, so its own files; the recorder cleared itself at the fork.
-        self._closed = False
+        # Its writer thread did not come along (only the forking thread does): a new one.
+        self._closed, self._exported, self._late_writes = False, -1, 0
         for v in self.views:
-            v.written, v.db_path, v.db_for = [], None, None
+            v.written = []
+        parent = self.writer
         self._begin()
-        _SignalWatch.after_fork()
+        if self is _session:
+            parent.unwatch_signals()
+            self.writer.watch_signals()
 
 
 #: How many times events completed after the exit write rewrite the exports (module docstring).
@@ -472,80 +564,25 @@ _session: OutSession | None = None
 _real_exit: Callable[[int], object] = os._exit
 
 
-class _SignalWatch:
-    """Spills from a thread as soon as a signal arrives, before any Python handler has run.
+#: How long a flush the program asked for may wait for its files (it is no exit: longer).
+_FLUSH_WAIT = 3600.0
 
-    ``signal.set_wakeup_fd`` makes CPython's C-level handler write the signal's number to a
-    pipe; a daemon thread blocked on that pipe wakes at once, even while the main thread sits in
-    C code that will never return to Python (Ray's core worker, which is SIGKILLed ~20 ms after
-    its SIGTERM). The signal is then handled exactly as before: this only adds a spill. A
-    process whose wakeup fd is already taken (an asyncio loop's signal handlers) keeps it, and
-    relies on the periodic spill.
-    """
 
-    _fds: tuple[int, int] | None = None  # (read, write) of this process's pipe
-
-    @classmethod
-    def start(cls) -> None:
-        if threading.current_thread() is not threading.main_thread():
-            return  # set_wakeup_fd works in the main thread only
-        read_fd, write_fd = os.pipe()
-        try:
-            os.set_blocking(write_fd, False)  # a full pipe must never block the C handler
-            previous = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
-        except (ValueError, OSError):
-            os.close(read_fd)
-            os.close(write_fd)
-            return
-        if previous != -1:  # someone else's: give it back
-            signal.set_wakeup_fd(previous)
-            os.close(read_fd)
-            os.close(write_fd)
-            return
-        cls._fds = (read_fd, write_fd)
-        threading.Thread(
-            target=cls._wait, args=(read_fd,), name="mstx_marks signal spill", daemon=True
-        ).start()
-
-    @staticmethod
-    def _wait(read_fd: int) -> None:
-        while True:
-            try:
-                if not os.read(read_fd, 512):
-                    return
-            except InterruptedError:
-                continue
-            except OSError:
-                return
-            session = _session
-            if session is not None:
-                session.write_now()
-
-    @classmethod
-    def after_fork(cls) -> None:
-        # The child inherited the wakeup fd but not the thread that reads it: its own pair.
-        if cls._fds is None:
-            return
-        try:
-            inherited = signal.set_wakeup_fd(-1)
-        except ValueError:  # not the main thread: leave things as they are
-            return
-        if inherited != cls._fds[1]:  # someone else's by now: put it back
-            signal.set_wakeup_fd(inherited)
-            return
-        for fd in cls._fds:
-            os.close(fd)
-        cls._fds = None
-        cls.start()
+def exit_seconds() -> float:
+    """How long the last write may take, at exit or on a signal (``MSTX_MARKS_EXIT_SECONDS``,
+    default 10: Kubernetes and Slurm give 30 s between SIGTERM and SIGKILL, and the user's own
+    handlers need their share)."""
+    return float(env.positive_int(env.EXIT_SECONDS, 10))
 
 
 def _exit_writing(code: int) -> None:
     # os._exit skips atexit: multiprocessing ends its fork children so. The spill is written
-    # first, without blocking. (Ray's workers end in C++, not through here: see _SignalWatch.)
+    # first, by the writer, waited for with the exit's deadline. (Ray's workers end in C++, not
+    # through here: the writer's wake-up fd covers them, see writer.py.)
     session = _session
     if session is not None:
-        with signals_deferred():
-            session.write_now(final=True, blocking=False)
+        with contextlib.suppress(Exception):
+            session.spill_now()
     _real_exit(code)
 
 
@@ -602,7 +639,7 @@ def flush_at_exit(
         own = OutSession(out_dir, interval, recorder=recorder, rank=rank)
         after_fork_in_child(own._forked)
         atexit.register(_closing(own))
-        _chain(signals, _closing(own))
+        _chain(signals, functools.partial(_signal_write, own))
         return functools.partial(own.flush, own.views[0])
     session = _join(out_dir, interval, signals, rank=rank)
     return functools.partial(session.flush, session.view(out_dir, rank=rank))
@@ -631,13 +668,12 @@ def _join(
             atexit.register(_close_quietly)
             after_fork_in_child(session._forked)
             os._exit = _exit_writing  # type: ignore[assignment]
-            if threading.current_thread() is threading.main_thread():
-                _SignalWatch.start()
-        _chain([s for s in signals if s not in _chained], _close_on_signal)
+            session.writer.watch_signals()
+        _chain([s for s in signals if s not in _chained], _on_signal)
         return session
 
 
-def _chain(signals: Iterable[int], write: Callable[[], None]) -> None:
+def _chain(signals: Iterable[int], write: Callable[[object], None]) -> None:
     wanted = list(signals)
     if not wanted:
         return
@@ -657,28 +693,34 @@ def _chain(signals: Iterable[int], write: Callable[[], None]) -> None:
 def _closing(session: OutSession) -> Callable[[], None]:
     def close() -> None:
         try:
-            with signals_deferred():
-                session.close()
+            session.close()
         except Exception as e:  # an exit hook must not hide the program's own exit status
-            print(f"mstx_marks: could not write the recording to {session.out_dir}: {e}",
-                  file=sys.stderr)  # fmt: skip
+            say(f"could not write the recording to {session.out_dir}: {e}")
 
     return close
 
 
-def _close_on_signal() -> None:
-    """A signal's close. In a Ray worker the raylet SIGKILLs 20-60 ms after its SIGTERM: an
-    export begun now (or from the exit Ray's own handler makes next) would be cut short and
-    leave its temporaries, so only the final spill is written there (the reader takes it)."""
-    session = _session
-    if session is None:
-        return
-    if _ray_role():
+def _signal_write(session: OutSession, previous: object) -> None:
+    """What a signal's handler does before the handler that was there before runs: ask the
+    writer for every file and wait, within the exit's budget (the process may die right
+    after: SIGTERM's default). Two cases ask less. Ctrl-C's default handler raises
+    KeyboardInterrupt, which the program may catch and go on: the exit writes the files if
+    it ends, so only a spill is asked for, without waiting. In a Ray worker the raylet SIGKILLs
+    20-60 ms after its SIGTERM: an export begun now would be cut short and leave its
+    temporaries, so only the final spill is written there (the reader takes it)."""
+    if previous is signal.default_int_handler:
+        session.writer.wake()
+    elif _ray_role():
         session.spill_only = True
-        with signals_deferred():
-            session.write_now(final=True)
-        return
-    _close_quietly()
+        session.spill_now()
+    else:
+        session.flush(timeout=exit_seconds())
+
+
+def _on_signal(previous: object) -> None:
+    session = _session
+    if session is not None:
+        _signal_write(session, previous)
 
 
 def _close_quietly() -> None:
@@ -688,11 +730,14 @@ def _close_quietly() -> None:
 
 
 def forget() -> None:
-    """Stop the process's session without writing it (its spill thread ends). For tests, which
-    start each from a fresh process state."""
+    """Stop the process's session without writing it (its writer thread ends). For tests,
+    which start each from a fresh process state."""
     global _session
     with _join_lock:
         if _session is not None:
-            _session._stop.set()
             _session._closed = True
+            _session.writer.unwatch_signals()
+            _session.writer.stop()
+            if _session.recorder.wake_reader == _session.writer.wake:
+                _session.recorder.wake_reader = None
         _session = None

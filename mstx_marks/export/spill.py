@@ -12,7 +12,13 @@ for ever in constant memory, and the exit exports are built from the spill
 then warns once and writes ``{"dropped": N}``, which every export carries on.
 
 Lines are written whole or not at all: a write cut short (a full disk) is undone and kept to be
-written again, and a reader skips (and counts) a torn line wherever it is. The file is opened
+written again, and a reader skips (and counts) a torn line wherever it is. Every line is
+bounded: blocks hold at most 8,192 slots (about 260 KB), name and thread tables are split into
+lines of at most :data:`TABLE_LINE` bytes, thread names are cut to 200 characters and an
+event's arguments past that size are replaced by a note (a reader skips a line past
+:data:`MAX_LINE` unread). A reader never drops an event it cannot name: one whose key its
+tables do not define (their line was lost) is kept under
+:data:`~mstx_marks.backends.record.UNKNOWN_NAME`, counted, and said. The file is opened
 with ``O_EXCL | O_NOFOLLOW`` (never through a planted link, never a file that exists: another
 process with the same host and pid gets a name of its own) in a folder that is ours. A folder
 that refuses the write is named with the reason at the first failure (the lines wait in memory,
@@ -71,6 +77,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Callable, Iterator, Sequence
 
 from mstx_marks.backends.record import (
+    UNKNOWN_NAME,
     Block,
     DrainCursor,
     Recorder,
@@ -95,7 +102,6 @@ from mstx_marks.export.files import UnsafeOutput, open_new_file, open_regular, o
 
 __all__ = [
     "CLOCK_STEP_NS",
-    "EXPORT_FACTOR",
     "MAX_LINE",
     "SPILL_SUFFIX",
     "Spill",
@@ -111,12 +117,13 @@ _FORMAT = 2
 _SWAP = sys.byteorder == "big"  # blocks are little-endian on disk
 #: A line longer than this is not ours (a spill's lines are short): skipped, counted, never held.
 MAX_LINE = 1 << 20
+#: The longest table or event line a spill writes (blocks are about 260 KB): well under
+#: :data:`MAX_LINE`, whatever the names and arguments recorded.
+TABLE_LINE = 256 << 10
 #: Unwritten lines kept for the next write when the disk refuses them; past it, they are dropped.
 _MAX_PENDING = 64 << 20
 _INT64 = 1 << 63
 _READ_BATCH_BYTES = 4 << 20
-#: The exit exports are made for up to this many times the recorder's capacity of events.
-EXPORT_FACTOR = 2
 #: A move of the wall clock against the monotonic one this large is a step, written and said
 #: (two clocks read one after the other differ by microseconds; NTP steps past 128 ms).
 CLOCK_STEP_NS = 100_000_000
@@ -153,6 +160,54 @@ def _line(rec: Record) -> list[Any]:
     if rec.args:
         line.append(plain_args(rec.args))
     return line
+
+
+def table_lines(field: str, first: int, values: Sequence[Any]) -> list[str]:
+    """``{field: [first, values]}`` as lines of at most :data:`TABLE_LINE` bytes each (a
+    reader skips a line past :data:`MAX_LINE`: 300,000 new names in one write made one line
+    of 2.2 MB, and every event that used them was lost), split where needed.
+
+    >>> [len(json.loads(line)["names"][1]) for line in table_lines("names", 1, [["a", "d"]] * 1500)]
+    [512, 512, 476]
+    """
+    lines: list[str] = []
+    lo, step = 0, 512
+    while lo < len(values):
+        part = list(values[lo : lo + step])
+        line = _dumps({field: [first + lo, part]})
+        if len(line) > TABLE_LINE:
+            if len(part) > 1:
+                step = max(1, step // 2)
+                continue
+            line = _dumps({field: [first + lo, [_shorten(part[0])]]})  # (no name is this long)
+        lines.append(line)
+        lo += len(part)
+        step = 512
+    return lines
+
+
+def _short(text: str) -> str:
+    """A thread's name as the file keeps it: at most 200 characters (a name is a label)."""
+    return text if len(text) <= 200 else text[:199] + "\u2026"
+
+
+def _shorten(value: Any) -> Any:
+    if isinstance(value, str):
+        return _short(value)
+    if isinstance(value, list):
+        return [_shorten(v) for v in value]
+    return value
+
+
+def _event_line(rec: Record) -> str:
+    """One event's line, at most :data:`TABLE_LINE` bytes: arguments past that are replaced
+    by a note of their size (a dict the program filled with a batch, say)."""
+    line = _line(rec)
+    text = _dumps(line)
+    if len(text) > TABLE_LINE and len(line) > 6:
+        line[6] = {"mstx_marks": f"arguments of {len(text)} characters left out"}
+        text = _dumps(line)
+    return text
 
 
 def _b64(column: array[int]) -> bytes:
@@ -370,14 +425,14 @@ class Spill:
             self._names_sent, self._names_of = 1, rec.generation
         names = rec.names(self._names_sent)
         if names:
-            lines.append(_dumps({"names": [self._names_sent, names]}))
+            lines += table_lines("names", self._names_sent, names)
             self._names_sent += len(names)
         threads = native_thread_ids(self._threads_sent)
         if threads:
             first = self._threads_sent
-            lines.append(json.dumps({"threads": [first, threads]}))
-            named = thread_names(first)[: len(threads)]
-            lines.append(_dumps({"thread_names": [first, named]}))
+            lines += table_lines("threads", first, threads)
+            named = [_short(n) for n in thread_names(first)[: len(threads)]]
+            lines += table_lines("thread_names", first, named)
             self._threads_sent += len(threads)
         return lines
 
@@ -394,7 +449,7 @@ class Spill:
         parts = [_utf8("\n".join(self._tables()))] if blocks else []
         parts += [_block_line(b) for b in blocks]
         # Events a block does not carry are few (ranges that outlived a write, events with args).
-        lines = [_dumps(_line(e)) for e in events] + [json.dumps(m) for m in meta]
+        lines = [_event_line(e) for e in events] + [json.dumps(m) for m in meta]
         parts.append(_utf8("\n".join(lines)))
         count = len(events) + sum(b.events for b in blocks)
         self.events += count
@@ -430,12 +485,11 @@ class Spill:
         far (a file made again whose old content was lost: later blocks use those keys)."""
         lines = [json.dumps(self._header())]
         if tables and self._names_sent > 1:
-            names = self.recorder.names(1)[: self._names_sent - 1]
-            lines.append(_dumps({"names": [1, names]}))
+            lines += table_lines("names", 1, self.recorder.names(1)[: self._names_sent - 1])
         if tables and self._threads_sent:
-            threads = native_thread_ids(0)[: self._threads_sent]
-            lines.append(json.dumps({"threads": [0, threads]}))
-            lines.append(_dumps({"thread_names": [0, thread_names(0)[: self._threads_sent]]}))
+            sent = self._threads_sent
+            lines += table_lines("threads", 0, native_thread_ids(0)[:sent])
+            lines += table_lines("thread_names", 0, [_short(n) for n in thread_names(0)[:sent]])
         return _utf8("\n".join(lines) + "\n")
 
     def _give_up_past_limit(self) -> None:
@@ -535,43 +589,27 @@ class Spill:
         """Encoded lines not on disk yet (the disk refused them): the exit export reads them."""
         return self._pending
 
-    def too_long_to_export(self) -> bool:
-        """Whether the run spilled more than :data:`EXPORT_FACTOR` times the events the
-        recorder holds (``capacity``, ``MSTX_MARKS_RECORD_CAPACITY``): its Chrome trace and
-        database are made in memory, so past that only the spill is kept (``summary`` reads
-        it, whole); says so once."""
-        limit = EXPORT_FACTOR * self.recorder.capacity
-        if self.events <= limit:
-            return False
-        warn_once(
-            ("spill only", id(self)),
-            f"{self.events} events were recorded, more than {limit} (twice"
-            f" {env.RECORD_CAPACITY}): only the spill {self.path} is written at exit, no"
-            " Chrome trace or database (summary reads the spill; raise the capacity for them)",
-        )
-        return True
-
-    def read(self) -> RankTrace:
-        """Everything this spill wrote (and what the disk still refused), as one trace: what the
-        exit exports are made from once the recorder released what was spilled."""
+    @contextlib.contextmanager
+    def on_disk(self) -> Iterator[tuple[Path | None, bytes]]:
+        """Everything this spill wrote, as a file and the lines the disk still refused (what
+        the exports are streamed from, once the recorder released what was spilled): the
+        spill itself; or, when its folder never took a line, a file of its own with the
+        header and those lines, so the exports can still go to folders that can be written;
+        or None when nothing was recorded."""
         with self._lock:
             pending, started = self._pending, self._started
-        if not started or not self.path.exists():
-            if not pending:
-                return RankTrace(self.rank, [], role=self.role, run=self.run,
-                                 instance=self.instance, dropped=self.recorder.dropped)  # fmt: skip
-            # Its folder never took a line: read what waits through a file of its own, so the
-            # exports can still go to the folders that can be written.
-            import tempfile
+        if started and self.path.exists():
+            yield self.path, pending
+            return
+        if not pending:
+            yield None, b""
+            return
+        import tempfile
 
-            with tempfile.TemporaryDirectory(prefix="mstx_marks-") as tmp:
-                alone = Path(tmp) / self.path.name
-                alone.write_bytes((json.dumps(self._header()) + "\n").encode() + pending)
-                trace = read_spill(alone)
-        else:
-            trace = read_spill(self.path, extra=pending)
-        trace.dropped = max(trace.dropped, self.recorder.dropped)
-        return trace
+        with tempfile.TemporaryDirectory(prefix="mstx_marks-") as tmp:
+            alone = Path(tmp) / self.path.name
+            alone.write_bytes((json.dumps(self._header()) + "\n").encode() + pending)
+            yield alone, b""
 
     def start(self, interval: float = 0.5) -> None:
         """Write every ``interval`` seconds from a daemon thread until :meth:`stop` (or until
@@ -641,6 +679,9 @@ class _Reader:
         #: Ranges written open and then ended (by their key): kept once, as ended.
         self.ended: set[tuple[str, str, int, int]] = set()
         self.skipped = self.dropped = 0
+        #: Events whose name (or thread) the file's tables do not define: kept, as
+        #: :data:`~mstx_marks.backends.record.UNKNOWN_NAME`.
+        self.unnamed = [0]
         self.complete = False
         #: The file's tables so far (see the module's docstring).
         self.names: dict[int, tuple[str, str]] = {}
@@ -717,7 +758,9 @@ class _Reader:
             held = _int(item[1], 1) if len(item) > 1 else 1
             self.skipped += min(max(held, 1), MAX_LINE)  # the events it said it held
             return
-        self.skipped += block_records(block, self.names, self.threads, self.pid, self.sink)
+        self.skipped += block_records(
+            block, self.names, self.threads, self.pid, self.sink, self.unnamed
+        )
 
     def _table(self, item: dict[str, Any]) -> bool:
         """Take a ``names``, ``threads`` or ``thread_names`` line; whether it was one."""
@@ -841,6 +884,11 @@ def read_spill(
     if extra:
         reader.feed([line for line in extra.split(b"\n") if line.strip()])
     reader.skipped += skipped[0]
+    if reader.unnamed[0] and unusable is not None:
+        unusable.append(
+            f"{reader.unnamed[0]} events name a name its tables do not define (a lost line):"
+            f" kept, named {UNKNOWN_NAME!r}"
+        )
     records = reader.records
     records += _latest_open(reader.opens, reader.ended)
     if sink is not None:
