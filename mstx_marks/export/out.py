@@ -52,6 +52,7 @@ import contextlib
 import functools
 import multiprocessing
 import os
+import shutil
 import signal
 import stat
 import sys
@@ -67,6 +68,7 @@ from mstx_marks.base import env
 from mstx_marks.base.diagnostics import warn, warn_once
 from mstx_marks.base.forking import after_fork_in_child, new_lock
 from mstx_marks.core import routing as settings
+from mstx_marks.export.files import folder_below
 from mstx_marks.export.flush import chain_signal
 from mstx_marks.export.spill import Spill
 from mstx_marks.export.stream import ExportTimedOut, export_spill
@@ -408,7 +410,11 @@ class OutSession:
         try:
             with spill.on_disk() as (path, extra):
                 for view in views:
-                    written += self._write_view(view, path, extra, deadline)
+                    done = self._write_view(view, path, extra, deadline)
+                    if done is None:  # out of time: this view and the rest get the spill
+                        written += self._leave_spill(view, path)
+                        continue
+                    written += done
         except (OSError, ValueError) as exc:  # the spill cannot be read back (TraceFileError)
             warn_once(("spill unread", str(spilled)), f"no Chrome trace or database written:"
                       f" the spill cannot be read back ({env.shown(exc, 300)})")  # fmt: skip
@@ -418,10 +424,13 @@ class OutSession:
 
     def _write_view(
         self, view: View, path: Path | None, extra: bytes, deadline: float | None
-    ) -> list[Path]:
+    ) -> list[Path] | None:
+        """The files written for ``view``; None when the deadline passed first."""
         spill = self.spill
         done = None
         if path is not None:
+            if deadline is not None and time.monotonic() >= deadline:
+                return None
             try:
                 done = export_spill(
                     view.out_dir,
@@ -432,10 +441,8 @@ class OutSession:
                     deadline=deadline,
                     dropped=self.recorder.dropped,
                 )
-            except ExportTimedOut as exc:
-                say(f"{exc}; every event is in the spill: `mstx-marks export"
-                    f" {view.out_dir}` writes the rest")  # fmt: skip
-                return view.written
+            except ExportTimedOut:
+                return None
             except OSError as exc:  # one folder that cannot be written spoils no other
                 self._say_lost(view, exc.strerror or str(exc))
                 return []
@@ -453,6 +460,30 @@ class OutSession:
             return view.written  # an empty recording never replaces one with ranges
         view.written[:] = done.paths
         return view.written
+
+    def _leave_spill(self, view: View, path: Path | None) -> list[Path]:
+        """``view`` did not get its files in time: it gets the spill (a hard link to it, else
+        a copy; the spill's own folder has it already), and one line says how to write the
+        rest. Every view gets its files, or a spill and that line."""
+        where = view.out_dir
+        left: list[Path] = []
+        if path is not None and path.parent != where / "spill":
+            target = where / "spill" / path.name
+            try:
+                folder_below(where, target.parent)
+                if not target.exists():
+                    try:
+                        os.link(path, target)
+                    except OSError:  # another file system
+                        shutil.copyfile(path, target, follow_symlinks=False)
+                left.append(target)
+            except OSError as exc:
+                self._say_lost(view, exc.strerror or str(exc))
+                return []
+        say(f"the Chrome trace and database of {where} were not written within"
+            f" {env.EXIT_SECONDS}={exit_seconds():g} s; every event is in its spill:"
+            f" `mstx-marks export {where}` writes them")  # fmt: skip
+        return left
 
     def _say_lost(self, view: View, reason: str) -> None:
         """At the exit's write, once per folder: what ``view`` did not get, and whether the
