@@ -412,7 +412,7 @@ def flush_costs(n: int) -> dict[str, float]:
     on disk), then the export (Chrome trace + Ascend DB, replaced together) streamed from that
     spill, and, side by side, the export as it was before the streaming exporter (the spill
     read whole into memory, then written). Half ranges, half instants."""
-    from mstx_marks.export.flush import export_rank
+    from mstx_marks.export.process_files import export_rank
     from mstx_marks.export.spill import Spill, read_spill
     from mstx_marks.export.stream import export_spill
 

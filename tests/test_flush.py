@@ -181,7 +181,7 @@ def test_chrome_trace_and_database_are_replaced_together(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from mstx_marks.base.records import RangeRecord, RankTrace
-    from mstx_marks.export import flush as flush_module
+    from mstx_marks.export import process_files as flush_module
 
     first = RankTrace(0, [RangeRecord("first", "default", 1, 2, 1, 1)])
     paths = flush_module.export_rank(tmp_path, first)

@@ -16,7 +16,7 @@ from support.engine_run import clean_env
 from mstx_marks.analysis.readers import find_trace_files
 from mstx_marks.base.records import RangeRecord, RankTrace
 from mstx_marks.export.files import atomic_paths, sweep_temps
-from mstx_marks.export.flush import export_rank
+from mstx_marks.export.process_files import export_rank
 from mstx_marks.export.spill import read_spill
 
 PLAIN = """

@@ -18,8 +18,8 @@ from mstx_marks.base.records import STEP_PHASE, RankTrace, Span, TraceFileError,
 from mstx_marks.export.ascend_db import ascend_db_path, read_ascend_db, write_ascend_db
 from mstx_marks.export.chrome import chrome_trace, read_chrome_trace, write_chrome_trace
 from mstx_marks.export.files import atomic_path, atomic_write_bytes
-from mstx_marks.export.flush import chrome_trace_path, export_rank
 from mstx_marks.export.out import flush_at_exit
+from mstx_marks.export.process_files import chrome_trace_path, export_rank
 
 __all__ = [
     "STEP_PHASE",

@@ -69,7 +69,7 @@ from mstx_marks.base.diagnostics import warn, warn_once
 from mstx_marks.base.forking import after_fork_in_child, new_lock
 from mstx_marks.core import routing as settings
 from mstx_marks.export.files import folder_below
-from mstx_marks.export.flush import chain_signal
+from mstx_marks.export.signals import chain_signal
 from mstx_marks.export.spill import Spill
 from mstx_marks.export.stream import ExportTimedOut, export_spill
 from mstx_marks.export.writer import Request, Writer, say

@@ -254,7 +254,7 @@ class Spill:
     ``write_now()`` appends what completed since the last call. ``start(interval)`` calls it from
     a daemon thread. The file is created at the first event, so a process that records nothing
     leaves no file (and never an empty one beside a real one). Non thread-safe across
-    :func:`os.fork`: the child must make its own ``Spill`` (``out.py`` and ``flush.py`` do).
+    :func:`os.fork`: the child must make its own ``Spill`` (``out.py`` and ``stream.py`` do).
     """
 
     def __init__(

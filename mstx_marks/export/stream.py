@@ -53,7 +53,7 @@ from mstx_marks.export.files import (
     scratch_file,
     unlink_below,
 )
-from mstx_marks.export.flush import chrome_trace_path, db_worker, this_process
+from mstx_marks.export.process_files import chrome_trace_path, db_worker, this_process
 from mstx_marks.export.spill import read_spill
 from mstx_marks.export.start_order import Event, StartOrder
 
@@ -175,7 +175,7 @@ def process_db_path(
     out_dir: str | Path, rank: int, role: str = "", process: str | None = None
 ) -> Path:
     """Where ``process``'s database of ``rank`` goes under ``out_dir/ascend``: in the newest
-    folder it has there under its name (:func:`~mstx_marks.export.flush.db_worker`: its role
+    folder it has there under its name (:func:`~mstx_marks.export.process_files.db_worker`: its role
     and ``<host>_<pid>``), else in a new one (:func:`ascend_db_path`). One folder per process
     whoever writes it first (msprof-analyze reads one rank per folder).
 

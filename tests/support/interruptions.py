@@ -67,10 +67,10 @@ import mstx_marks
 PACKAGE = Path(mstx_marks.__file__).resolve().parent
 #: The library's frames where interruptions are injected: the range path and the give-up
 #: path (ranges.py, record.py), the drain (record.py), the spill's write (spill.py) and the
-#: exit and flush path (out.py, flush.py, writer.py), in so far as they run on the thread that
+#: exit and flush path (out.py, signals.py, writer.py), in so far as they run on the thread that
 #: a signal handler or a RecursionError interrupts: the one running the scenario.
 FILES = ("core/ranges.py", "backends/record.py", "export/spill.py", "export/out.py",
-         "export/flush.py", "export/writer.py")  # fmt: skip
+         "export/signals.py", "export/process_files.py", "export/writer.py")  # fmt: skip
 _TARGETS = {str(PACKAGE / rel) for rel in FILES}
 
 _CALLS = {dis.opmap["CALL"], dis.opmap["CALL_FUNCTION_EX"]}

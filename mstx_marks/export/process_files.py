@@ -1,11 +1,11 @@
-"""A process's files and its signals: one rank's Chrome trace and database written together, and
-a write run on a signal before the handler that was there.
+"""A process's files: what each is named, and one rank's Chrome trace and database written
+together from a trace in memory.
 
 The recording session that decides when to write them is :mod:`.out` (one per process: every
-request for files joins it), and its writer thread writes them (:mod:`.writer`). Here:
-:func:`export_rank` writes one rank's two files atomically and together (a write cut short
-leaves the previous complete files, never half of one); :func:`chain_signal` runs a write on a
-signal, then what was installed before.
+request for files joins it), and its writer thread writes them, streamed from the spill
+(:mod:`.writer`, :mod:`.stream`). Here: :func:`export_rank` writes one rank's two files
+atomically and together (a write cut short leaves the previous complete files, never half of
+one), for a trace made in memory.
 
 Every file a process writes is named by :func:`chrome_trace_path` and :func:`db_worker`: its
 role, its rank and the process (``<host>-<pid>``), so the processes of a job, which may all say
@@ -22,11 +22,8 @@ True
 from __future__ import annotations
 
 import os
-import signal
 import socket
 from pathlib import Path
-from types import FrameType
-from typing import Callable
 
 from mstx_marks.base.records import RankTrace
 from mstx_marks.export.ascend_db import ascend_db_path, write_ascend_db
@@ -34,15 +31,12 @@ from mstx_marks.export.chrome import write_chrome_trace
 from mstx_marks.export.files import atomic_paths
 
 __all__ = [
-    "chain_signal",
     "chrome_trace_path",
     "db_worker",
     "export_rank",
     "safe_role",
     "this_process",
 ]
-
-_SignalHandler = Callable[[int, "FrameType | None"], object]
 
 
 def this_process() -> str:
@@ -116,38 +110,3 @@ def export_rank(
         write_chrome_trace(chrome_tmp, [trace])
         write_ascend_db(db_tmp, trace)
     return [chrome, Path(db_path)]
-
-
-def chain_signal(signum: int, before: Callable[[object], None]) -> None:
-    """Run ``before(previous)`` on ``signum``, then ``previous``, the handler installed before
-    (dying of the signal when that was the default). ``before`` is told which handler comes
-    next, since what it must do depends on it (a handler that raises KeyboardInterrupt may
-    leave the process running). Once run, the chain gives the signal back to ``previous``: a
-    second signal goes to it directly, never into a write already under way. ``before`` must
-    follow the contract of :mod:`.writer`: it runs at any bytecode boundary of the main
-    thread."""
-    previous = signal.getsignal(signum)
-    running: list[int] = []
-
-    def handler(num: int, frame: FrameType | None) -> None:
-        if running:
-            return  # a second signal during the write: the first one carries on
-        running.append(num)
-        try:
-            before(previous)
-        finally:
-            running.clear()
-        signal.signal(num, previous)
-        _run_previous(num, previous, frame)
-
-    handler.mstx_previous = previous  # type: ignore[attr-defined]
-    signal.signal(signum, handler)
-
-
-def _run_previous(num: int, previous: object, frame: FrameType | None) -> None:
-    if callable(previous):
-        previous(num, frame)
-    elif previous == signal.SIG_DFL:
-        # Die of the same signal, so the parent sees the usual exit status.
-        signal.signal(num, signal.SIG_DFL)
-        os.kill(os.getpid(), num)
