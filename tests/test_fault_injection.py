@@ -533,7 +533,7 @@ def test_7_two_processes_with_one_host_and_pid_are_both_kept(tmp_path: Any) -> N
 
     from mstx_marks.analysis.summary import summarize_path
     from mstx_marks.export import ascend_db_path, export_rank
-    from mstx_marks.export.spill import Spill
+    from mstx_marks.export.spill import Spill, read_spill
 
     host, pid = socket.gethostname(), os.getpid()
     for names in (["gen", "gen"], ["update_actor"] * 3):  # two containers, one pid
@@ -543,7 +543,7 @@ def test_7_two_processes_with_one_host_and_pid_are_both_kept(tmp_path: Any) -> N
         sp = Spill(tmp_path, rec, rank=0)
         sp.write_now(final=True)
         db = ascend_db_path(tmp_path / "ascend", 0, worker=f"{host}_{pid}")
-        export_rank(tmp_path, sp.read(), db, process=f"{host}-{pid}")
+        export_rank(tmp_path, read_spill(sp.path), db, process=f"{host}-{pid}")
     assert len(list((tmp_path / "spill").iterdir())) == 2
     summary = summarize_path(tmp_path, jobs=1, progress=False)
     counts = {p.name: p.overall.count for p in summary.phases}

@@ -57,7 +57,7 @@ import os
 import threading
 from array import array
 from time import monotonic_ns, time_ns
-from typing import Any, Callable, Mapping, NamedTuple, Sequence
+from typing import Any, Callable, Mapping, NamedTuple, Sequence, Tuple
 
 from mstx_marks.backends.base import Backend, Emitter
 from mstx_marks.base import env
@@ -163,6 +163,16 @@ _new = tuple.__new__
 _tls = threading.local()
 
 
+_Chunk = Tuple[Tuple["array[int]"], Tuple["array[int]"], Tuple["array[int]"], Tuple["array[int]"]]
+
+
+def _new_chunk() -> _Chunk:
+    """A chunk's four columns (ends, keys, thread numbers, starts), each in a 1-tuple: what
+    ``_grow`` appends to the column lists with ``+=``, which calls nothing."""
+    wide, narrow = bytes(8 * _CHUNK), bytes(4 * _CHUNK)
+    return (array("q", wide),), (array("I", narrow),), (array("I", narrow),), (array("q", wide),)
+
+
 def _thread_number() -> int:
     # No lock: a signal handler that records on this thread may run between any two calls here
     # (a lock would deadlock it, a reentrant one would let it pair our id with its number).
@@ -233,6 +243,7 @@ class Recorder(Backend):
         self._args: dict[int, Mapping[str, Any]] = {}
         self._starts: list[array[int]] = []
         self._chunks = 0  # len(self._starts), kept where no call is needed to read it (_grow)
+        self._spare: _Chunk | None = None  # the next chunk's columns, made ahead (_grow)
         self._ends: list[array[int]] = []
         self._keys: list[array[int]] = []
         self._tids: list[array[int]] = []
@@ -333,12 +344,14 @@ class Recorder(Backend):
         with self._lock:  # reentrant: a signal handler on this thread may grow meanwhile
             while (n := self._chunks) <= chunk:
                 void = self._limit > self.capacity and self._live() >= self._max_chunks()
-                if void:  # released mode and no room: this chunk's slots are dropped, all
-                    ends = keys = tids = starts = (_VOID,)
-                else:
-                    wide, narrow = bytes(8 * _CHUNK), bytes(4 * _CHUNK)
-                    ends, starts = (array("q", wide),), (array("q", wide),)
-                    keys, tids = (array("I", narrow),), (array("I", narrow),)
+                columns = (_VOID,), (_VOID,), (_VOID,), (_VOID,)
+                if not void:
+                    # The spare made at the last grow: no allocation here, where a signal
+                    # handler needing this chunk too would make its own, be interrupted by the
+                    # next signal, and so on (handlers every 0.5 ms nested to the recursion
+                    # limit on a loaded machine).
+                    columns = self._spare or _new_chunk()
+                ends, keys, tids, starts = columns
                 # From this check to the last store there is no call, so no signal handler can
                 # run in between (CPython runs them only at calls, function entries and backward
                 # jumps), and nothing allocates a tracked object (no garbage collection, whose
@@ -352,6 +365,10 @@ class Recorder(Backend):
                     self._starts += starts
                     self._void += void
                     self._chunks = n + 1
+                    if columns is self._spare:
+                        self._spare = None
+            if self._spare is None:
+                self._spare = _new_chunk()  # for the next grow (a chunk's worth of memory)
         wake = self.wake_reader
         if wake is not None and 2 * self._live() >= self._max_chunks():
             wake()

@@ -10,30 +10,42 @@ session's one spill at exit, on SIGTERM, or when a ``flush()`` asks.
 
 Each process records (beside the device backend), spills completed events to its own file at
 least once a second (:mod:`.spill`), and at exit or SIGTERM adds the ranges still open and
-writes each view's Chrome trace and Ascend database. The files are named by role, rank, host
-and pid, whoever asked for them (``MSTX_MARKS_OUT`` or :func:`flush_at_exit`), so the processes
-of a job (trainer ranks, Ray actors, vLLM's EngineCore and workers, which may all say rank 0)
-never overwrite each other; a process that records nothing writes nothing.
+writes each view's Chrome trace and Ascend database, streamed from the spill (:mod:`.stream`).
+The files are named by role, rank, host and pid, whoever asked for them (``MSTX_MARKS_OUT`` or
+:func:`flush_at_exit`), so the processes of a job (trainer ranks, Ray actors, vLLM's EngineCore
+and workers, which may all say rank 0) never overwrite each other; a process that records
+nothing writes nothing.
+
+All of a session's writing is done by its one writer thread (:mod:`.writer`, whose contract
+says why): the periodic spill, a spill when the recorder is half full, a ``flush()``, a
+signal's write, the exit. A signal handler (:func:`~.signals.chain_signal`) or the exit only
+asks it and waits, within :func:`exit_seconds`; what does not fit is said in one line, the
+spill holds every event, and a view that got no files gets the spill (``mstx-marks export``
+writes them). The writer is no daemon: once the program is done (its main thread and the
+threads the shutdown waits for have ended) it writes the exit itself, so no code of the main
+thread's is needed for the exit's files. Events that exit hooks record after that are written
+as they end (:class:`_Late`).
 
 Processes that end without exit hooks still leave their spill. ``os._exit`` (multiprocessing's
 fork children end so) is wrapped to write the last events first. Ray 2.60 ends its workers from
 C++, where no Python code runs at all (no atexit, no ``os._exit``, no Python signal handler: the
 main thread is inside the core worker's task loop): on ``ray.shutdown()`` the raylet sends
 SIGTERM and SIGKILLs the worker 20 to 60 ms later (or the worker's own C++ thread calls
-``_exit``); ``ray.kill()`` calls ``_exit`` in C++ with no signal at all. So a thread also waits on
-``signal.set_wakeup_fd`` (written by the C-level handler, whatever Python handler is installed
-and wherever the main thread is) and spills at once on every signal: what completed just before
-``ray.shutdown()`` usually arrives (18 of 20 actors complete in a test of this, against 13 of 20
-with the periodic spill alone); it is not certain, as the worker may die before the thread
-runs. Otherwise (``ray.kill()``, SIGKILL, an OOM kill) at most the last interval (0.5 s) is
-lost. Such processes rarely write their Chrome trace and database: mostly only the spill. A Ray
-worker that gets to handle its SIGTERM writes only its final spill (an export would be cut short
-by the SIGKILL, leaving temporaries behind).
+``_exit``); ``ray.kill()`` calls ``_exit`` in C++ with no signal at all. So the writer's pipe is
+also the process's ``signal.set_wakeup_fd`` (written by the C-level handler, whatever Python
+handler is installed and wherever the main thread is), and it spills at once on every signal:
+what completed just before ``ray.shutdown()`` usually arrives (18 of 20 actors complete in a
+test of this, against 13 of 20 with the periodic spill alone); it is not certain, as the worker
+may die before the thread runs. Otherwise (``ray.kill()``, SIGKILL, an OOM kill) at most the
+last interval (0.5 s) is lost. Such processes rarely write their Chrome trace and database:
+mostly only the spill. A Ray worker that gets to handle its SIGTERM writes only its final spill
+(an export would be cut short by the SIGKILL, leaving temporaries behind).
 
 Each process's files carry its role (:func:`process_role`): the Chrome trace is
-``chrome/<role>-rank<N>-<host>-<pid>.trace.json`` (:func:`~.flush.chrome_trace_path`), the
-database folder ``ascend/<role>_<host>_<pid>_<time>_ascend_pt`` (:func:`~.flush.db_worker`, one
-per view and process, rewritten by each write), and the spill says it in its header.
+``chrome/<role>-rank<N>-<host>-<pid>.trace.json`` (:func:`~.process_files.chrome_trace_path`),
+the database folder ``ascend/<role>_<host>_<pid>_<time>_ascend_pt``
+(:func:`~.process_files.db_worker`, one per folder and process, rewritten by each write), and
+the spill says it in its header.
 
 >>> import tempfile
 >>> from mstx_marks import configure, mark
