@@ -117,8 +117,8 @@ VARIABLES: tuple[Variable, ...] = (
     ),
     Variable(
         EXIT_SECONDS,
-        "an int >= 1 (default 10)",
-        "how long a process's last write (at exit, or on SIGTERM) may take; what does not fit "
+        "an int >= 1 (default 5)",
+        "how long a process's last write (at exit, or from SIGTERM on) may take; what does not fit "
         "is said, stays in the spill, and `mstx-marks export` writes it",
     ),
     Variable(

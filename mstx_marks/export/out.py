@@ -257,6 +257,9 @@ class OutSession:
         self._late_writes = 0
         self._lost_said = False
         self._exported = -1  # the spill's event count when the views were last written
+        #: When the exit's writing must be done by (``time.monotonic()``), from the first
+        #: signal that may end the process; None before one.
+        self._exit_by: float | None = None
         # Only for the list of views: never held across a wait, nor by the writer.
         self.lock = new_lock(reentrant=True)
         # Serves a request on the asking thread once the writer has stopped (at exit).
@@ -373,7 +376,9 @@ class OutSession:
             spilled = self.write_now(final=True)
             views = [view] if view is not None else list(self.views)
             return self._write_views(views, spilled, deadline)
-        deadline = time.monotonic() + exit_seconds()
+        # The exit's budget runs from the first signal that began it, when one did (its flush,
+        # then the close once the handlers made the program end, share it), else from now.
+        deadline = self._exit_by or time.monotonic() + exit_seconds()
         if kind == "close" and not self._closed:
             self._closed = True
             spilled = self.write_now(final=True)
@@ -510,7 +515,7 @@ class OutSession:
     def _forked(self) -> None:
         # The child has its own pid, so its own files; the recorder cleared itself at the fork.
         # Its writer thread did not come along (only the forking thread does): a new one.
-        self._closed, self._exported, self._late_writes = False, -1, 0
+        self._closed, self._exported, self._late_writes, self._exit_by = False, -1, 0, None
         for v in self.views:
             v.written = []
         parent = self.writer
@@ -612,10 +617,11 @@ _FLUSH_WAIT = 3600.0
 
 
 def exit_seconds() -> float:
-    """How long the last write may take, at exit or on a signal (``MSTX_MARKS_EXIT_SECONDS``,
-    default 10: Kubernetes and Slurm give 30 s between SIGTERM and SIGKILL, and the user's own
-    handlers need their share)."""
-    return float(env.positive_int(env.EXIT_SECONDS, 10))
+    """How long the last write may take, at exit, or from a signal to the process's end
+    (``MSTX_MARKS_EXIT_SECONDS``, default 5: Kubernetes and Slurm give 30 s between SIGTERM
+    and SIGKILL, and the user's own handlers and the interpreter's teardown need their share;
+    a process stopped by a signal is gone within 10 s)."""
+    return float(env.positive_int(env.EXIT_SECONDS, 5))
 
 
 def _exit_writing(code: int) -> None:
@@ -757,7 +763,11 @@ def _signal_write(session: OutSession, previous: object) -> None:
         session.spill_only = True
         session.spill_now()
     else:
-        session.flush(timeout=exit_seconds())
+        # The exit's budget starts here: the process may end right after this signal (its
+        # default, or the user's handler's sys.exit), and the close shares what is left.
+        budget = exit_seconds()
+        session._exit_by = session._exit_by or time.monotonic() + budget
+        session.flush(timeout=budget)
 
 
 def _on_signal(previous: object) -> None:
