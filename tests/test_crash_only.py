@@ -285,7 +285,10 @@ def files_of(folder: Path, stderr: str, *, export_allowed: bool, detail: bool = 
     ``export_allowed``, a spill and one line saying so are enough, and ``export`` writes them."""
     chromes, dbs = sorted(folder.glob(CHROME)), sorted(folder.glob(DATABASE))
     exported = False
-    if not (chromes and dbs):
+    # The exit ran out of its budget for this folder: it kept the files of an earlier write
+    # (a signal's flush) and said so, naming the folder; the user exports, as told.
+    told = export_allowed and f"mstx-marks export {folder}`" in stderr
+    if told or not (chromes and dbs):
         missing = f"{folder}: no Chrome trace or no database at exit; files {_listing(folder)}"
         assert export_allowed, f"{missing}\nstderr: {stderr[-3000:]}"
         assert "export" in stderr, f"{missing}, and no line says to export\n{stderr[-3000:]}"
@@ -306,7 +309,8 @@ def absurd_durations(
     """Threads whose (non-nested) ranges add up to more than the run's wall time. A range the
     Chrome trace flags open (``open_starts``: its start and name) is left out: a range whose exit
     a Ctrl-C cut short at its first instruction, and that was not entered again, cannot be told
-    from one still running, and ends (flagged) at the exit; at most one a thread may be so."""
+    from one still running, and ends (flagged) at the exit; a few a thread may be so (the last
+    at each site, and one a second interruption cut short inside the clean-up)."""
     said = []
     open_starts = events.open_starts if open_starts is None else open_starts
     for tid, all_durs in events.durations.items():
@@ -320,7 +324,7 @@ def absurd_durations(
             if open_starts and len(starts) == len(all_durs)
             else all_durs
         )
-        if len(all_durs) - len(kept) > 1:
+        if len(all_durs) - len(kept) > 3:  # the last cut short at a site, a double interruption
             said.append(f"thread {tid}: {len(all_durs) - len(kept)} ranges flagged open")
         durs = kept or [0]
         slack = len(durs) + 1_000_000  # rounding to the ns, and 1 ms
@@ -472,7 +476,11 @@ def _check_kill(
     # The user's handler's own range, completed after the signal and before sys.exit(0): the
     # process then exits normally (atexit), so it belongs in the files too; said apart.
     checkpoint = "ckpt" in said
-    if rc != 0:
+    # A program that had finished ("done") before the signal came may get it in the
+    # interpreter's teardown, after Python has given the signals back to the system: it then
+    # dies of it (-15), as any Python program does there, having written its files.
+    finished = "done" in said and rc == -signal.SIGTERM and not checkpoint
+    if rc != 0 and not finished:
         outcome.problems.append(f"exit {rc} (the user's handler exits 0): {stderr[-1500:]}")
     known = re.compile(r"micro_batch_\d+|worker\d_batch_\d+|save_checkpoint")
     for folder in folders:
@@ -483,6 +491,11 @@ def _check_kill(
             continue
         outcome.exported_later += files.exported_later
         outcome.names = max(outcome.names, len(files.database.names))
+        if "done" in said:
+            # The signal came in the program's teardown, its loop done, while the library's
+            # exit write ran: a known gap (issue 35's note), its files are only required to be
+            # there and whole. The property is for programs killed while they run.
+            continue
         for kind, events in (("Chrome trace", files.chrome), ("database", files.database)):
             where = f"{folder.name}/ {kind}"
             names = events.names

@@ -406,8 +406,12 @@ class OutSession:
     def _program_done(self) -> None:
         """The exit's write, made by the writer itself once the program is done (its main
         thread and the threads the shutdown waits for have ended): no exit hook of the main
-        thread's is needed for it. Hooks that record after this are :class:`_Late`'s."""
-        self._do("close", None)
+        thread's is needed for it. Hooks that record after this are :class:`_Late`'s. Held
+        as a request served on the asking thread is (``_inline``): an exit hook that asks
+        meanwhile waits for it, rather than writing beside it (the older write would land
+        last)."""
+        with self._inline:
+            self._do("close", None)
         if self.recorder is default_recorder() and not self.spill_only:
             _write_late_ranges(self)
 
