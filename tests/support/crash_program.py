@@ -20,7 +20,7 @@ import signal
 import sys
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 
 def say(line: str) -> None:
@@ -160,22 +160,31 @@ class RewardTimeout(Exception):
     """What a reward function's time limit raises."""
 
 
-def alarm(interval_us: int, alarms: int, after: int, threads: int) -> None:
-    """A SIGALRM handler that raises, ``alarms`` times, while ranges record; then ``after``
-    ranges. Threads record beside it the whole time."""
+def _recording_workers(
+    threads: int, name: Callable[[int, int], str]
+) -> tuple[threading.Event, list[threading.Thread]]:
+    """``threads`` threads recording ``name(k, i)`` ranges of a step's work each (the GIL
+    released) until the event is set; each says how many it completed when it ends."""
     stop = threading.Event()
 
     def worker(k: int) -> None:
         i = 0
         while not stop.is_set():
-            with mark(f"worker{k}_{i % 300}"):
-                time.sleep(0.0002)  # a step's work, the GIL released
+            with mark(name(k, i)):
+                time.sleep(0.0002)
             i += 1
         say(f"worker{k} {i}")
 
     workers = [threading.Thread(target=worker, args=(k,)) for k in range(threads)]
     for w in workers:
         w.start()
+    return stop, workers
+
+
+def alarm(interval_us: int, alarms: int, after: int, threads: int) -> None:
+    """A SIGALRM handler that raises, ``alarms`` times, while ranges record; then ``after``
+    ranges. Threads record beside it the whole time."""
+    stop, workers = _recording_workers(threads, lambda k, i: f"worker{k}_{i % 300}")
 
     armed = False  # the time limit applies while the reward runs; each raise disarms it
 
@@ -218,19 +227,7 @@ def storm(storms: int, after: int, threads: int) -> None:
     ``after`` ranges. Each "ack K" is written where a Ctrl-C is caught (inside the ``try``), and
     the sender sends the next one only once it has read it: a Ctrl-C lands in code that catches
     it, wherever the library is at that moment."""
-    stop = threading.Event()
-
-    def worker(k: int) -> None:
-        i = 0
-        while not stop.is_set():
-            with mark(f"worker{k}"):
-                time.sleep(0.0002)  # a step's work, the GIL released
-            i += 1
-        say(f"worker{k} {i}")
-
-    workers = [threading.Thread(target=worker, args=(k,)) for k in range(threads)]
-    for w in workers:
-        w.start()
+    stop, workers = _recording_workers(threads, lambda k, i: f"worker{k}")
     t0 = time.time_ns()
     caught = 0
     while caught < storms:
