@@ -22,8 +22,8 @@ from mstx_marks.base import env as _env
 from mstx_marks.base.diagnostics import MstxMarksWarning
 from mstx_marks.base.names import DEFAULT_DOMAIN, MAX_NAME_BYTES
 from mstx_marks.base.phases import Phase
+from mstx_marks.core.configuration import configure, current_backend, is_active, recording
 from mstx_marks.core.ranges import Mark, Range, instant, mark, mstx_range
-from mstx_marks.core.routing import configure, current_backend, is_active, recording
 from mstx_marks.core.sampling import every, first, window
 
 if TYPE_CHECKING:

@@ -39,7 +39,7 @@ from mstx_marks import (
     status,
 )
 from mstx_marks.backends.mstx import MstxBackend
-from mstx_marks.core.routing import state
+from mstx_marks.core.configuration import state
 
 MODES = ("direct", "wrapper")
 
@@ -483,13 +483,13 @@ def test_is_available_raising_counts_as_no_device() -> None:
 
 def test_equal_stream_objects_share_one_gate(npu: Npu, mode: str) -> None:
     # torch_npu's current_stream() returns a new, equal Stream object on every call.
-    from mstx_marks.core import routing as settings
+    from mstx_marks.core.process import PROCESS
 
     npu.use(mode)
     with npu.env.collect() as col:
         for _ in range(50):
             with mark("per_call_stream", stream=Stream(2, 0)):
                 pass
-    assert sum(g.stream == Stream(2, 0) for g in settings._gates.values()) == 1
+    assert sum(g.stream == Stream(2, 0) for g in PROCESS.gates.values()) == 1
     assert [r.stream.stream_id for r in col.ranges if r.stream] == [2] * 50
     col.assert_clean()

@@ -27,13 +27,13 @@ import os, signal
 from mstx_marks.launch.activate import activate
 activate()
 from mstx_marks import mark
-from mstx_marks.export import out
+from mstx_marks.core.process import PROCESS
 for step in range(3):
     with mark("update_actor", args={"step": step}):
         pass
 with mark("left_open"):
-    out._session.spill_only = True
-    out._session.write_now(final=True)
+    PROCESS.session.spill_only = True
+    PROCESS.session.write_now(final=True)
     os.kill(os.getpid(), signal.SIGKILL)
 """
 
@@ -134,7 +134,7 @@ import os, signal, torch
 from mstx_marks.launch.activate import activate
 activate()
 from mstx_marks import mark
-from mstx_marks.export import out
+from mstx_marks.core.process import PROCESS
 for step in range(5):
     with mark("step"):
         torch.ones(8) @ torch.ones(8)
@@ -143,8 +143,8 @@ with torch.profiler.profile() as prof:
         torch.ones(8) @ torch.ones(8)
 os.makedirs(os.environ["CAPTURE"], exist_ok=True)
 prof.export_chrome_trace(os.path.join(os.environ["CAPTURE"], "window.pt.trace.json"))
-out._session.spill_only = True
-out._session.write_now(final=True)
+PROCESS.session.spill_only = True
+PROCESS.session.write_now(final=True)
 os.kill(os.getpid(), signal.SIGKILL)
 """
 

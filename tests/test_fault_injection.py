@@ -70,7 +70,7 @@ class Flaky(Backend):
 
 
 def _later_always() -> None:
-    from mstx_marks.core.routing import state
+    from mstx_marks.core.configuration import state
 
     state().health.clock = lambda: float("inf")  # every back-off has passed: retry at once
 

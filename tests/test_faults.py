@@ -16,8 +16,8 @@ from conftest import Failing, caught
 import mstx_marks
 from mstx_marks import configure, current_backend, instant, mark, mstx_range, status
 from mstx_marks.backends.base import Backend, Emitter
+from mstx_marks.core.configuration import state
 from mstx_marks.core.faults import FIRST_DELAY_S, MAX_DELAY_S, Health
-from mstx_marks.core.routing import state
 
 
 def _later(seconds: float = 3600.0) -> None:

@@ -51,7 +51,10 @@ RANGE_PATH = {
     for rel in (
         "core/ranges.py",
         "core/engine.py",
-        "core/routing.py",
+        "core/entries.py",
+        "core/gates.py",
+        "core/configuration.py",
+        "core/process.py",
         "backends/record.py",
         "backends/tee.py",
     )
@@ -642,8 +645,8 @@ def test_exceptions_sent_to_recording_threads_reach_the_user_and_faults_stay_fau
     """Hundreds of exceptions sent at random moments into threads that record ranges: each
     reaches the user's code unchanged, none is counted as a fault; every real fault the device
     raised (with a ``raise`` of its own, or from C) is counted as one."""
+    from mstx_marks.core.configuration import state
     from mstx_marks.core.faults import FaultPolicy
-    from mstx_marks.core.routing import state
 
     device = Device()
     configure(backend=device if backend == "device" else Recorder(capacity=1 << 20))

@@ -144,8 +144,9 @@ def test_a_process_that_records_nothing_writes_nothing(tmp_path: Path) -> None:
 
 def test_no_variable_no_effect(tmp_path: Path) -> None:
     code = (
-        "import sys, mstx_marks.launch.plugins, mstx_marks.core.routing as s\n"
-        "print(s._settings.resolved, 'mstx_marks.export.out' in sys.modules)"
+        "import sys, mstx_marks.launch.plugins\n"
+        "from mstx_marks.core.process import PROCESS\n"
+        "print(PROCESS.settings.resolved, 'mstx_marks.export.out' in sys.modules)"
     )
     clean = {k: v for k, v in os.environ.items() if not k.startswith("MSTX_MARKS_")}
     proc = subprocess.run(

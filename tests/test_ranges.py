@@ -26,6 +26,7 @@ from mstx_marks import (
     mark,
     mstx_range,
 )
+from mstx_marks.core.process import PROCESS
 
 # --- module-level targets (pickle finds them by qualified name) --------------------------------
 
@@ -675,7 +676,7 @@ def test_decorated_function_called_concurrently_from_tasks(tape: Tape) -> None:
 
 
 def test_configure_reaches_functions_decorated_before(tape: Tape) -> None:
-    mstx_marks.core.routing.reset()  # as at import: nothing resolved yet
+    mstx_marks.core.configuration.reset()  # as at import: nothing resolved yet
 
     @mstx_range("early", domain="verl")
     def early() -> int:
@@ -905,7 +906,7 @@ def test_backend_failure_in_instant_warns_once() -> None:
 def test_failure_of_the_first_call_after_reset_is_reported() -> None:
     """Settings resolve at first use; a fault in that very first call must still warn."""
     backend = Failing(("start",))
-    mstx_marks.core.routing._settings.explicit["backend"] = backend  # as if chosen by env
+    PROCESS.settings.explicit["backend"] = backend  # as if chosen by env
 
     @mstx_range("first")
     def f() -> int:

@@ -15,7 +15,8 @@ from conftest import Tape, caught
 
 import mstx_marks
 from mstx_marks import backends, configure, current_backend, is_active, mark
-from mstx_marks.core import routing as settings
+from mstx_marks.core import configuration as settings
+from mstx_marks.core.process import PROCESS
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -235,9 +236,9 @@ def test_settings_resolve_lazily_not_when_marks_are_made() -> None:
         return 1
 
     mark("m")
-    assert not settings._settings.resolved and backends._detected is None
+    assert not PROCESS.settings.resolved and backends._detected is None
     assert f() == 1
-    assert settings._settings.resolved and backends._detected is not None
+    assert PROCESS.settings.resolved and backends._detected is not None
 
 
 def test_env_read_at_first_use_not_at_import() -> None:

@@ -5,7 +5,7 @@ torch_npu imports and sees an NPU, else NVTX when CUDA is available, else noop. 
 installed ``nvtx`` package never wins on an NPU host. torch and torch_npu are imported only here,
 lazily, by the backend that needs them, and ``auto`` never imports them itself: before the
 program imported torch there is no device work to mark, so the choice waits (noop meanwhile,
-:func:`detection_waits`) and is made when torch arrives (:mod:`mstx_marks.core.routing` hooks
+:func:`detection_waits`) and is made when torch arrives (:mod:`mstx_marks.core.detection` hooks
 that import). Importing torch just to find out costs seconds and a thousand modules.
 
 >>> create("noop").name
@@ -31,6 +31,7 @@ __all__ = [
     "create",
     "detect",
     "detection_waits",
+    "forget_detection",
     "tee_with_recorder",
 ]
 
@@ -66,6 +67,13 @@ def tee_with_recorder(device: Backend) -> Backend:
     from mstx_marks.backends.tee import tee_with_recorder as tee
 
     return tee(device)
+
+
+def forget_detection() -> None:
+    """Choose again at the next ``auto`` (for a process that starts over)."""
+    global _detected
+    with _detect_lock:
+        _detected = None
 
 
 def detection_waits() -> bool:

@@ -35,8 +35,8 @@ from mstx_marks.base.forking import new_lock
 from mstx_marks.base.names import check_name, fit_name
 from mstx_marks.base.phases import Phase
 from mstx_marks.core.engine import ArgsGate, rewrap, target_name, wrap_function
+from mstx_marks.core.gates import Gate, noop_gate
 from mstx_marks.core.ranges import mark
-from mstx_marks.core.routing import Gate, noop_gate
 from mstx_marks.core.sampling import Policy
 
 __all__ = [

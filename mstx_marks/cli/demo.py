@@ -42,8 +42,8 @@ from mstx_marks.analysis.timeline import write_svg
 from mstx_marks.backends import detect
 from mstx_marks.backends.noop import NoopBackend
 from mstx_marks.base import env as mstx_env
+from mstx_marks.core.configuration import configure
 from mstx_marks.core.ranges import Mark
-from mstx_marks.core.routing import configure
 from mstx_marks.export import flush_at_exit, write_chrome_trace
 
 __all__ = ["DemoOptions", "run_demo"]

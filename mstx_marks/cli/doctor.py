@@ -7,7 +7,7 @@ filters, a profiler config when one is given, and the output folder. Each findin
 reach what the settings ask for), and the last line says the verdict in plain words.
 
 Every value is read by the run-time's own code (one home): the routing's
-:func:`~mstx_marks.core.routing.settings_from_env`, the activation's
+:func:`~mstx_marks.core.configuration.settings_from_env`, the activation's
 :func:`~mstx_marks.launch.activate.parse_instrument` and
 :func:`~mstx_marks.launch.activate.parse_samples`, the recipes'
 :func:`~mstx_marks.profiling.recipes.arm_from_text` (armed, then undone),
@@ -38,7 +38,7 @@ from typing import Callable, Literal
 from mstx_marks import backends
 from mstx_marks.base import env
 from mstx_marks.base.diagnostics import forget_warnings
-from mstx_marks.core import routing as settings
+from mstx_marks.core import configuration as settings
 
 __all__ = ["Finding", "check_values", "diagnose", "verdict"]
 
@@ -280,7 +280,7 @@ def _backend() -> list[Finding]:
         ]
     if spec == "noop":
         return [Finding("stop", "backend", f"{env.BACKEND}=noop records nothing")]
-    try:  # what the run-time does (core.routing): create it, and use noop if that fails
+    try:  # what the run-time does (core.detection): create it, and use noop if that fails
         backend = backends.create(spec)
     except Exception as exc:
         return [

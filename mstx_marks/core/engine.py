@@ -2,10 +2,10 @@
 any kind so that each call is one range. :mod:`.ranges` builds the user API on it, and the
 presets and instrumentation use it for ranges they open and close in two places (hooks).
 
-A backend call that raises is contained here (:func:`mstx_marks.core.routing.fault`): the
+A backend call that raises is contained here (:func:`mstx_marks.core.gates.fault`): the
 user's own code and exceptions pass through untouched.
 
->>> from mstx_marks.core.routing import gate
+>>> from mstx_marks.core.gates import gate
 >>> end, handle = begin(None, gate("verl"), "update_actor", "verl")
 >>> finish(end, handle, "verl")
 """
@@ -22,7 +22,8 @@ from mstx_marks.backends.base import EndFn
 from mstx_marks.backends.record import Recorder
 from mstx_marks.backends.reopen import WAITING, Token
 from mstx_marks.base.interrupts import users_own
-from mstx_marks.core.routing import Gate, HoldFn, attach, fault, resolve
+from mstx_marks.core.configuration import attach, resolve
+from mstx_marks.core.gates import Gate, HoldFn, fault
 from mstx_marks.core.sampling import Decisions, Policy
 
 __all__ = ["ArgsGate", "begin", "cut_short", "finish", "rewrap", "target_name", "wrap_function"]

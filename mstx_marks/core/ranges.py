@@ -16,21 +16,18 @@ may be entered many times at once.
 
 from __future__ import annotations
 
-import dis
 import itertools
 import sys
 from collections.abc import Mapping, MutableMapping
-from threading import get_ident
 from time import perf_counter
-from types import FrameType
-from typing import Any, Callable, Tuple, TypeVar, Union, overload
+from typing import Any, Callable, TypeVar, Union, overload
 
 from mstx_marks.backends.base import EndFn
 from mstx_marks.backends.reopen import WAITING, Token
 from mstx_marks.base import env
-from mstx_marks.base.forking import new_lock
 from mstx_marks.base.names import SAFE_CHARS, check_name, fit_name
 from mstx_marks.base.phases import Phase
+from mstx_marks.core.configuration import instant_with_args
 from mstx_marks.core.engine import (
     ArgsGate,
     begin,
@@ -40,7 +37,9 @@ from mstx_marks.core.engine import (
     target_name,
     wrap_function,
 )
-from mstx_marks.core.routing import Gate, fault, gate, host_gates, instant_with_args
+from mstx_marks.core.entries import Entries, last_at, overflow_lock
+from mstx_marks.core.gates import Gate, fault, gate
+from mstx_marks.core.process import PROCESS
 from mstx_marks.core.sampling import Decisions, Policy
 
 __all__ = ["Mark", "Range", "Timed", "instant", "mark", "mstx_range"]
@@ -50,13 +49,6 @@ Name = Union[str, Phase]
 release = WAITING.release
 waiting = WAITING
 
-# Reentrant: a signal handler entering a shared Mark may interrupt its own thread holding it.
-_overflow_lock = new_lock(reentrant=True)
-#: The instructions a `with` statement enters by (the Marks' stale check, Mark._end_stale).
-_WITH_OPS = frozenset(
-    dis.opmap[op] for op in ("BEFORE_WITH", "BEFORE_ASYNC_WITH", "SETUP_WITH") if op in dis.opmap
-)
-
 
 def _site_name(name: object, domain: str | None) -> tuple[str, str | None]:
     """Name and domain of a range given by a str or a Phase (whose domain an explicit one beats)."""
@@ -65,9 +57,13 @@ def _site_name(name: object, domain: str | None) -> tuple[str, str | None]:
     return fit_name(name), domain
 
 
+# Never replaced (a reset keeps the gates, rerouted): bound once, as the hot path reads it.
+_host_gates = PROCESS.host_gates
+
+
 def _gate(domain: str | None, stream: object) -> Gate:
     try:
-        found = host_gates.get(domain) if stream is None else None
+        found = _host_gates.get(domain) if stream is None else None
     except TypeError:  # an unhashable domain; gate() says what is wrong with it
         found = None
     return gate(domain, stream) if found is None else found
@@ -82,11 +78,7 @@ def _check_decorated(func: object) -> None:
         )
 
 
-#: One entry of a shared Mark beyond its first: the frame that entered, its handle and end.
-_Entry = Tuple[FrameType, Any, Any]
-
-
-class Mark:
+class Mark(Entries):
     """A range definition: a context manager whose every entry is one range, and a decorator.
 
     Built by :func:`mark` and :func:`mstx_range`. One object may be reused, nested in itself and
@@ -103,18 +95,7 @@ class Mark:
     ...         pass
     """
 
-    __slots__ = (
-        "_at",
-        "_decide",
-        "_end",
-        "_frame",
-        "_gate",
-        "_more",
-        "_rid",
-        "_sample",
-        "domain",
-        "name",
-    )
+    __slots__ = ("_decide", "_gate", "_sample", "name")
 
     def __init__(
         self,
@@ -136,11 +117,7 @@ class Mark:
         self.name = name
         self.domain = g.domain
         self._gate = g
-        self._rid: Any = None  # None: no entry holds the fast slot
-        self._frame: FrameType | None = None
-        self._at = -1  # the instruction of _frame that entered the slot's range
-        # Entries made while the slot was held, by the thread that made them, newest last.
-        self._more: dict[int, list[_Entry]] | None = None
+        self._no_entries()
         self._sample = sample
         self._decide: Decisions | None = None
         if sample is not None:
@@ -172,7 +149,7 @@ class Mark:
         at = frame.f_lasti
         if self._rid is not None and self._frame is frame and self._at == at:
             self._end_stale(frame)
-        elif (last := _last.get(at)) is not None and last._frame is frame and last._at == at:
+        elif (last := last_at.get(at)) is not None and last._frame is frame and last._at == at:
             last._end_stale(frame)  # another Mark at this site: `with mark(f"step_{i}")`
         if start is not None and (decide is None or next(decide)):
             end = self._gate.end
@@ -193,106 +170,15 @@ class Mark:
             # (a falsy Token stays: its exit releases it).
             self._rid, self._end, self._frame = 0 if handle is None else handle, end, frame
             self._at = at
-            _last[at] = self
+            last_at[at] = self
         else:
             self._keep_more((frame, handle, end))
         return self
 
-    def _end_stale(self, frame: FrameType) -> None:
-        """The slot's entry was made by the `with` statement that ``frame`` is entering again
-        now, which it can only do once it has left: its exit was cut short (Ctrl-C or a signal
-        handler's exception at the exit's first instruction, where no code of ours runs). Its
-        range ends now, not at the end of the run (24,826 ranges of 2 us summed to 102 s in a
-        3 s run when they were left open). Not for an entry made by calling ``__enter__``
-        itself, which may enter again on purpose (hooks that enter in a loop, exit later)."""
-        if frame.f_code.co_code[frame.f_lasti] not in _WITH_OPS:
-            return
-        handle, end = self._take_slot()
-        if handle:
-            finish(end, handle, self.domain)
-        elif handle.__class__ is Token:
-            release(handle)
-
-    def _keep_more(self, entry: _Entry) -> None:
-        """Keep an entry in `_more`; interrupted before it is kept (an exception raised while
-        the lock is taken), end its range before the exception goes on, or no exit ever will."""
-        try:
-            with _overflow_lock:
-                self._add_entry(entry)
-        except BaseException:
-            mine = (self._more or {}).get(get_ident(), [])
-            for i in range(len(mine) - 1, -1, -1):
-                if mine[i] is entry:
-                    del mine[i]
-            _, handle, end = entry
-            finish(end, handle, self.domain)
-            raise
-
-    def _add_entry(self, entry: _Entry) -> None:
-        """Keep an entry beyond the slot's, under this thread. A function of its own so that
-        the ``with`` around its call has no loop header line of its own: an exception raised at
-        such a line (a tracer's) escapes the ``with``'s clean-up in CPython 3.11."""
-        tid = get_ident()
-        while True:
-            if self._more is None:
-                self._more = {}
-            mine = self._more.setdefault(tid, [])
-            mine.append(entry)
-            # A signal handler on this thread may have run between the two calls above, used
-            # this Mark and dropped the list it left empty: our entry went with it.
-            if self._more.get(tid) is mine:
-                return
-
-    def _pick(self, frame: FrameType) -> tuple[Any, Any]:
-        """The entry an exit from ``frame`` closes, with other entries in flight: the newest one
-        this frame entered; else this thread's newest (enter and exit in two hooks); else the
-        slot; else another thread's newest (entered there, exited here)."""
-        more = self._more or {}
-        tid = get_ident()
-        mine = more.get(tid)
-        chosen: _Entry | None = None
-        if mine:
-            for i in range(len(mine) - 1, -1, -1):
-                if mine[i][0] is frame:
-                    chosen = mine.pop(i)
-                    break
-        if chosen is None and self._rid is not None and self._frame is frame:
-            return self._take_slot()
-        if chosen is None and mine:
-            chosen = mine.pop()
-        if chosen is None:
-            if self._rid is not None:
-                return self._take_slot()
-            tid, mine = next(((t, m) for t, m in more.items() if m), (tid, None))
-            if not mine:
-                return 0, None
-            chosen = mine.pop()
-        if not mine:
-            more.pop(tid, None)
-        return chosen[1], chosen[2]
-
-    def _take_slot(self) -> tuple[Any, Any]:
-        handle, end = self._rid, self._end
-        self._rid = self._frame = None
-        return handle, end
-
-    def _pick_again(self, frame: FrameType) -> tuple[Any, Any]:
-        """:meth:`_pick`, looked at again should a signal handler have used this Mark while it
-        looked (a list emptied, a dict resized under it). Holds no ``try`` of the caller's: an
-        exception raised at a nested ``try`` line escapes the enclosing ``with``'s clean-up in
-        CPython 3.11, which would leave the lock held."""
-        for _ in range(3):
-            try:
-                return self._pick(frame)
-            except (IndexError, RuntimeError) as exc:
-                if isinstance(exc, RecursionError):  # the user's, never retried here
-                    raise
-        return 0, None
-
     def __exit__(self, *exc_info: object) -> None:
         if self._more:
             frame = sys._getframe(1)
-            with _overflow_lock:
+            with overflow_lock:
                 handle, end = self._pick_again(frame)
         else:
             handle = self._rid
@@ -347,13 +233,6 @@ class Mark:
 
     def __repr__(self) -> str:
         return f"Mark({self.name!r}, domain={self.domain!r})"
-
-
-#: The Mark whose slot was last claimed at each instruction offset, on any thread: the stale
-#: check's second look, for a site whose Mark changes each time (`with mark(f"step_{i}")`).
-#: Keyed by offset alone: bounded by the sizes of functions, and a site that another overwrote
-#: is only not looked at (the Mark's own check still ends its range when it is used again).
-_last: dict[int, Mark] = {}
 
 
 class Range:

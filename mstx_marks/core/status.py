@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from mstx_marks.backends.record import default_recorder
-from mstx_marks.core import routing as settings
+from mstx_marks.core import configuration as settings
 from mstx_marks.core.faults import describe_stream
 
 __all__ = ["Status", "status"]

@@ -79,7 +79,8 @@ from mstx_marks.backends.record import Recorder, default_recorder
 from mstx_marks.base import env
 from mstx_marks.base.diagnostics import warn, warn_once
 from mstx_marks.base.forking import after_fork_in_child, new_lock
-from mstx_marks.core import routing as settings
+from mstx_marks.core import configuration as settings
+from mstx_marks.core.process import PROCESS
 from mstx_marks.export.files import folder_below
 from mstx_marks.export.signals import chain_signal
 from mstx_marks.export.spill import Spill
@@ -91,7 +92,6 @@ __all__ = [
     "View",
     "cannot_write",
     "flush_at_exit",
-    "forget",
     "process_role",
     "record_to",
 ]
@@ -516,6 +516,18 @@ class OutSession:
             self._lost_said = True
         warn_once(("lost at exit", str(view.out_dir)), text)
 
+    def start_over(self, forked: bool) -> None:
+        """In a forked child (``forked``): the child's own files, from a new writer. Else (a
+        test's fresh start): stop without writing; the writer thread ends."""
+        if forked:
+            self._forked()
+            return
+        self._closed = True
+        self.writer.unwatch_signals()
+        self.writer.stop()
+        if self.recorder.wake_reader == self.writer.wake:
+            self.recorder.wake_reader = None
+
     def _forked(self) -> None:
         # The child has its own pid, so its own files; the recorder cleared itself at the fork.
         # Its writer thread did not come along (only the forking thread does): a new one.
@@ -524,7 +536,7 @@ class OutSession:
             v.written = []
         parent = self.writer
         self._begin()
-        if self is _session:
+        if self is PROCESS.session:
             parent.unwatch_signals()
             self.writer.watch_signals()
 
@@ -612,7 +624,12 @@ def _why_empty(recorder: Recorder) -> str:
     return "no range or instant was started in this process"
 
 
-_session: OutSession | None = None
+def _session() -> OutSession | None:
+    """The process's session (:data:`~mstx_marks.core.process.PROCESS` holds it), if made."""
+    session = PROCESS.session
+    return session if isinstance(session, OutSession) else None
+
+
 _real_exit: Callable[[int], object] = os._exit
 
 
@@ -632,7 +649,7 @@ def _exit_writing(code: int) -> None:
     # os._exit skips atexit: multiprocessing ends its fork children so. The spill is written
     # first, by the writer, waited for with the exit's deadline. (Ray's workers end in C++, not
     # through here: the writer's wake-up fd covers them, see writer.py.)
-    session = _session
+    session = _session()
     if session is not None:
         with contextlib.suppress(Exception):
             session.spill_now()
@@ -711,15 +728,14 @@ def _join(
 ) -> OutSession:
     """The process's session, made (with its exit hooks) by the first request; every request
     adds the signals it asks for."""
-    global _session
     with _join_lock:
         settings.configure(record=True)
         env.run_id()  # made now, so the processes this one starts share it
-        session = _session
+        session = _session()
         if session is None:
-            session = _session = OutSession(out_dir, interval, rank=rank)
+            session = OutSession(out_dir, interval, rank=rank)
+            PROCESS.adopt(session)  # it starts over with the process, in a forked child too
             atexit.register(_close_quietly)
-            after_fork_in_child(session._forked)
             os._exit = _exit_writing  # type: ignore[assignment]
             session.writer.watch_signals()
         _chain([s for s in signals if s not in _chained], _on_signal)
@@ -775,26 +791,12 @@ def _signal_write(session: OutSession, previous: object) -> None:
 
 
 def _on_signal(previous: object) -> None:
-    session = _session
+    session = _session()
     if session is not None:
         _signal_write(session, previous)
 
 
 def _close_quietly() -> None:
-    session = _session
+    session = _session()
     if session is not None:
         _closing(session)()
-
-
-def forget() -> None:
-    """Stop the process's session without writing it (its writer thread ends). For tests,
-    which start each from a fresh process state."""
-    global _session
-    with _join_lock:
-        if _session is not None:
-            _session._closed = True
-            _session.writer.unwatch_signals()
-            _session.writer.stop()
-            if _session.recorder.wake_reader == _session.writer.wake:
-                _session.recorder.wake_reader = None
-        _session = None
