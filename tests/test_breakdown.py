@@ -10,6 +10,8 @@ import threading
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from support.recorded import PID, T0, TID, rng, synthetic_rank
 
 from mstx_marks.analysis.aggregate import aggregate_trace
@@ -205,3 +207,72 @@ def test_phase_colours_depend_on_the_name_alone() -> None:
     data2 = report_data([only], summarize([only]))
     c1 = dict(zip(data1["names"], data1["colors"]))
     assert c1["update_actor"] == dict(zip(data2["names"], data2["colors"]))["update_actor"]
+
+
+def _innermost(ranges: list[tuple[int, int, int, str]], by_name: bool) -> dict[int, int]:
+    """By the definition: each range's parent, the latest (in start order, longest first; equal
+    spans by name for the breakdown, as given for the repeats) of the earlier ranges of its
+    thread that contain it."""
+
+    def key(i: int) -> tuple[int, int, int, str, int]:
+        t, s, e, name = ranges[i]
+        return t, s, -e, name if by_name else "", i
+
+    order = sorted(range(len(ranges)), key=key)
+    parent = {}
+    for k, i in enumerate(order):
+        t, s, e, _ = ranges[i]
+        for j in reversed(order[:k]):
+            if ranges[j][0] == t and ranges[j][1] <= s and ranges[j][2] >= e:
+                parent[i] = j
+                break
+    return parent
+
+
+def _union(spans: list[tuple[int, int]]) -> int:
+    total, hi = 0, None
+    for s, e in sorted(spans):
+        if hi is None or s > hi:
+            total, hi = total + e - s, e
+        elif e > hi:
+            total, hi = total + e - hi, e
+    return total
+
+
+_NAMES = ["compute_log_prob", "update_actor", "fib"]  # two stages of the registry, one not
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 1), st.integers(0, 60), st.integers(0, 40), st.sampled_from(_NAMES)
+        ),
+        max_size=40,
+    )
+)
+def test_self_times_and_repeats_follow_the_innermost_container(
+    drawn: list[tuple[int, int, int, str]],
+) -> None:
+    """Any ranges on two threads (nested, staggered like asyncio tasks, equal, empty): the
+    summary's JSON says each phase's count and self time as the definitions give them, where
+    the open-range stacks keep only what may still hold a later range."""
+    ranges = [(t, s, s + d, name) for t, s, d, name in drawn]
+    outer = _innermost(ranges, by_name=False)
+    repeat = {i for i, j in outer.items() if ranges[j][3] == ranges[i][3] != "fib"}
+    children: dict[int, list[tuple[int, int]]] = {}
+    for i, j in _innermost(ranges, by_name=True).items():
+        children.setdefault(j, []).append(ranges[i][1:3])
+    selfs: dict[str, int] = {}
+    counts: dict[str, int] = {}
+    for i, (_, s, e, name) in enumerate(ranges):
+        selfs[name] = selfs.get(name, 0) + e - s - _union(children.get(i, []))
+        counts[name] = counts.get(name, 0) + (i not in repeat)
+    recs = [RangeRecord(n, "default", T0 + s, T0 + e, TID + t, PID) for t, s, e, n in ranges]
+    recs.append(RangeRecord("step", "default", T0, T0 + 200, TID, PID))
+    doc = format_json(summarize([RankTrace(0, recs)]))
+    got = {p["name"]: p for p in doc["phases"] if not p["is_step"]}
+    assert {n: p["all"]["count"] for n, p in got.items()} == {n: c for n, c in counts.items() if c}
+    assert {n: p["all"]["self_ns"] for n, p in got.items()} == {
+        n: max(v, 0) for n, v in selfs.items() if counts[n]
+    }

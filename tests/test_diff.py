@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from mstx_marks.analysis.diff import DiffRow
 from mstx_marks.base.records import RangeRecord, RankTrace
@@ -48,18 +50,20 @@ SLOWER = [130, 131, 129, 132, 130]
 
 
 def test_the_noise_band_is_the_runs_spreads_combined() -> None:
-    row = DiffRow("r", "p", [10, 12, 8, 11], [20, 21, 19, 22])
+    row = DiffRow("r", "p", [10, 12, 8, 11, 10], [20, 21, 19, 22, 20])
     # MADs 1 and 1: 1.4826 * sqrt(2)
     assert row.noise_ns == pytest.approx(1.4826 * 2**0.5)
-    assert (row.base_ns, row.new_ns, row.change_ns, row.verdict) == (10.5, 20.5, 10.0, "slower")
-    assert row.beyond_pct() == pytest.approx(100 * (10 - row.noise_ns) / 10.5)
+    assert (row.base_ns, row.new_ns, row.change_ns, row.verdict) == (10, 20, 10.0, "slower")
+    assert row.beyond_pct() == pytest.approx(100 * (10 - row.noise_ns) / 10)
     assert row.over(50) and not row.over(80)
-    noisy = DiffRow("r", "p", [100, 60, 140, 100], [104, 64, 144, 104])
+    noisy = DiffRow("r", "p", [100, 60, 140, 90, 120], [104, 64, 144, 94, 124])
     assert noisy.verdict == "within noise" and not noisy.over(0)
     assert DiffRow("r", "p", [], [5]).verdict == "new" and not DiffRow("r", "p", [], [5]).over(0)
     assert DiffRow("r", "p", [5], []).verdict == "gone"
-    faster = DiffRow("r", "p", [100, 100], [50, 50])
+    faster = DiffRow("r", "p", [100] * 5, [50] * 5)
     assert faster.verdict == "faster" and not faster.over(0)  # a speed-up never fails the gate
+    few = DiffRow("r", "p", [100] * 4, [200] * 5)  # a band of 0 from 4 steps: not judged
+    assert few.verdict == "too few steps" and not few.over(0)
 
 
 def test_two_folders_largest_change_first(
@@ -109,8 +113,118 @@ def test_two_runs_of_one_folder(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert "(run r1)" in doc["base"] and "(run r2)" in doc["new"]
     step = next(r for r in doc["rows"] if r["phase"] == "(step)")
     assert step["change_ns"] == 30 * MS
-    assert main(["diff", str(tmp_path)]) == 2  # the folder against itself
-    assert "name two folders, or two runs" in capsys.readouterr().err
+    # as --help says: the folder alone is its two newest runs, the older the base
+    assert main(["diff", "--help"]) == 0
+    assert "its two newest, the older as the base" in " ".join(capsys.readouterr().out.split())
+    assert main(["diff", str(tmp_path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == doc
+    # one run named: the other is the newest; the newest against itself is refused
+    assert main(["diff", str(tmp_path), "--base-run", "r1", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == doc
+    assert main(["diff", str(tmp_path), "--base-run", "r2"]) == 2
+    assert "run r2 against itself" in capsys.readouterr().err
+    assert main(["diff", str(tmp_path), "--base-run", "r1", "--new-run", "r1"]) == 2
+    assert "against itself: name two folders, or two runs" in capsys.readouterr().err
+
+
+def test_a_folder_of_one_run_alone_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write_run(tmp_path, BASE, run="r1")
+    assert main(["diff", str(tmp_path)]) == 2
+    assert "holds one run: name a second folder" in capsys.readouterr().err
+
+
+def test_one_folder_named_twice_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a = write_run(tmp_path / "a", BASE)
+    (tmp_path / "link").symlink_to(a)
+    monkeypatch.chdir(tmp_path)
+    for again in [f"{a}/", "./a", "a", str(tmp_path / "link"), "link/"]:
+        assert main(["diff", str(a), again, "--json"]) == 2, again
+        captured = capsys.readouterr()
+        assert "are one folder" in captured.err and not captured.out
+    assert main(["diff", str(a), str(a)]) == 2
+    assert "against itself" in capsys.readouterr().err
+
+
+def _phase_every_other_step(folder: Path, validation_ms: int, run: str = "r1") -> Path:
+    """Ten steps of the trainer: update_actor 100 ms every step, validation every other step
+    (``validation_ms``)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    recs, t = [], T0
+    for k in range(10):
+        length = 100 * MS + (validation_ms * MS if k % 2 else 0)
+        recs.append(RangeRecord("step", "default", t, t + length + MS, 1, 10))
+        recs.append(RangeRecord("update_actor", "default", t, t + 100 * MS, 1, 10))
+        if k % 2:
+            recs.append(RangeRecord("validation", "default", t + 100 * MS, t + length, 1, 10))
+        t += length + 2 * MS
+    write_chrome_trace(folder / "t.trace.json", [RankTrace(0, recs, role="TaskRunner", run=run)])
+    return folder
+
+
+def test_a_phase_of_every_other_step_is_compared_where_it_ran(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a = _phase_every_other_step(tmp_path / "a", 100)
+    b = _phase_every_other_step(tmp_path / "b", 200)
+    assert main(["diff", str(a), str(b), "--json", "--threshold", "5"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    (row,) = [r for r in doc["rows"] if r["phase"] == "validation"]
+    assert (row["base_ns"], row["new_ns"]) == (100 * MS, 200 * MS)
+    assert (row["base_steps"], row["new_steps"], row["verdict"]) == (5, 5, "slower")
+    assert [r["phase"] for r in doc["over"]] == ["validation"]
+
+
+@pytest.mark.parametrize("value", ["nan", "NaN", "inf", "-inf", "-1", "1e400", "five"])
+def test_a_threshold_that_is_no_percentage_is_refused_before_reading(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], value: str
+) -> None:
+    a, b = write_run(tmp_path / "a", BASE), write_run(tmp_path / "b", SLOWER)
+    assert main(["diff", str(a), str(b), "--json", f"--threshold={value}"]) == 2
+    captured = capsys.readouterr()
+    assert not captured.out and "argument --threshold" in captured.err
+    assert "finite number of percent, 0 or more" in captured.err or "not a number" in captured.err
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.integers(0, 10**9), max_size=8),
+    st.lists(st.integers(0, 10**9), max_size=8),
+    st.floats(0, 1e6, allow_nan=False, allow_infinity=False),
+)
+def test_a_rows_json_is_always_json(base: list[int], new: list[int], pct: float) -> None:
+    row = DiffRow("r", "p", base, new)
+    text = json.dumps(row.to_json(), allow_nan=False)  # raises on a NaN or an infinity
+    assert json.loads(text)["verdict"] == row.verdict
+    assert not row.over(pct) or (row.judged and row.change_ns > 0)
+
+
+def test_rows_of_a_few_steps_are_not_judged(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Three steps alike but for one: their spread is 0, so any change would look real."""
+    a = write_run(tmp_path / "a", [100, 100, 101])
+    b = write_run(tmp_path / "b", [100.7, 100.7, 101.7])
+    assert main(["diff", str(a), str(b), "--threshold", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "fewer than 5 such steps in a run is not judged" in " ".join(out.split())
+    update = next(line for line in out.splitlines() if "WorkerDict" in line and "update" in line)
+    assert update.endswith("too few steps")
+    assert "3 steps of TaskRunner rank 0 (3 in all), 3 processes" in out
+    assert main(["diff", str(a), str(b), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["min_steps"] == 5 and {r["verdict"] for r in doc["rows"]} == {"too few steps"}
+    assert not any(r["judged"] for r in doc["rows"])
+
+
+def test_one_process_is_one_process(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    a = _phase_every_other_step(tmp_path / "a", 100)
+    b = _phase_every_other_step(tmp_path / "b", 100)
+    assert main(["diff", str(a), str(b)]) == 0
+    assert "10 steps of TaskRunner rank 0 (10 in all), 1 process\n" in capsys.readouterr().out
 
 
 def test_nothing_to_compare(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -7,10 +7,10 @@ import json
 from pathlib import Path
 
 import pytest
-from support.recorded import recorded_rank, synthetic_rank, two_overlapping_tasks
+from support.recorded import recorded_rank, rng, synthetic_rank, two_overlapping_tasks
 
 from mstx_marks.analysis.merge import STEP_CATEGORY, merged_chrome_trace, nesting_tracks
-from mstx_marks.analysis.summary import load_traces
+from mstx_marks.analysis.summary import load_traces, summarize
 from mstx_marks.base.records import RangeRecord
 from mstx_marks.cli.main import main as cli_main
 from mstx_marks.export import RankTrace, export_rank, read_chrome_trace
@@ -54,9 +54,40 @@ def test_processes_threads_and_tracks(tmp_path: Path) -> None:
     assert all(_nests(evs) for evs in by_track.values())  # what Perfetto needs of one track
     score = next(e for e in ranges if e["name"] == "compute_score")
     assert names[(score["pid"], score["tid"])] == f"thread {tid} (overlap 1)"
-    steps = [e for e in events if e.get("cat") == STEP_CATEGORY]
-    assert [e["name"] for e in steps] == ["step 1", "step 2", "step 1"]
+    # without the summary's model: no steps (never found here), recorded clocks
+    assert not [e for e in events if e.get("cat") == STEP_CATEGORY]
     assert "no cross-rank offset" in doc["otherData"]["alignment"]
+
+
+def test_the_steps_and_clocks_are_the_summarys_model() -> None:
+    """The job's steps (its reference's, by key) on the reference's steps track, and every
+    process placed where the model put it: a worker whose anchor says its wall clock ran 5 ms
+    ahead is moved back, as in the HTML report."""
+    late = 5 * 10**6
+    trainer = RankTrace(0, synthetic_rank(0, steps=2).records, role="trainer", host="h",
+                        anchor_ns=10**12)  # fmt: skip
+    # its update_actor and compute_score overlap (two tasks), each 5 ms late by its clock
+    ranges = [
+        rng("update_actor", 700 + late, 990 + late),
+        rng("compute_score", 800 + late, 1100 + late),
+    ]
+    worker = RankTrace(1, ranges, role="worker", host="h", anchor_ns=10**12 + late)
+    model = summarize([trainer, worker]).per_step
+    assert model is not None and model.clock.shifts_ns == {worker.member: -late}
+    doc = merged_chrome_trace([trainer, worker], model)
+    events = doc["traceEvents"]
+    steps = [e for e in events if e.get("cat") == STEP_CATEGORY]
+    assert [e["name"] for e in steps] == [f"step {s.key}" for s in model.steps] == [
+        "step 1", "step 2"]  # fmt: skip
+    procs = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}
+    assert {procs[e["pid"]] for e in steps} == {f"trainer rank 0 (pid {trainer.records[0].pid})"}
+    origin = doc["otherData"]["origin_ns"]
+    for e, s in zip(steps, model.steps):
+        assert round(e["ts"] * 1000) + origin == s.start_ns
+    placed = sorted(round(e["ts"] * 1000) + origin for e in events
+                    if e["ph"] == "X" and procs[e["pid"]].startswith("worker"))  # fmt: skip
+    assert placed == sorted(r.start_ns - late for r in worker.records)
+    assert doc["otherData"]["alignment"] == f"per-step model: {model.clock.text()}"
 
 
 def test_read_back_gives_every_process_its_own_records(tmp_path: Path) -> None:

@@ -184,3 +184,25 @@ def test_a_page_of_folded_phases_renders_its_legend_and_table_in_chromium(
     assert "(28 other phases)" in legend.group(1)  # of 33: gen, its decodes, update, 30 ops
     row = r'<tr class="other"><td class="name"[^>]*>\(28 other phases\)</td><td>all</td><td>28<'
     assert re.search(row, dom)
+
+
+def test_only_an_imbalance_past_noise_is_painted_red(tmp_path: Path) -> None:
+    """Three ranks of one role: gen 1.02x (noise: said so, no red), update_actor 1.5x (red)."""
+    traces = []
+    for rank, (gen, update) in enumerate([(1000, 1000), (1010, 1000), (1020, 1500)]):
+        recs = [rng("step", 0, 3000), rng("gen", 0, gen), rng("update_actor", 1100, 1100 + update)]
+        traces.append(RankTrace(rank, recs, role="worker"))
+    page = tmp_path / "report.html"
+    page.write_text(render_html(traces, summarize(traces)))
+    dom = rendered(page, tmp_path)
+    cards = re.findall(r'<div class="card" data-flagged="(\d)"><div>([^<]*)</div>(.*?)</div></div>'
+                       r'<div class="xaxis"', dom)  # fmt: skip
+    said = {text.split(":")[0].split()[-1]: (flag, text, bars) for flag, text, bars in cards}
+    assert set(said) == {"step", "generate_sequences", "update_actor"}  # (steps of 1.00x)
+    flag, text, bars = said["generate_sequences"]
+    assert flag == "0" and "1.02x the fastest" in text and "within noise (under 1.10x)" in text
+    assert 'class="slow"' not in bars and bars.count('class="slowest"') == 1
+    flag, text, bars = said["update_actor"]
+    assert flag == "1" and "1.50x" in text and "noise" not in text
+    assert bars.count('class="slow"') == 1
+    assert "red: the slowest, from 1.10x the fastest" in dom

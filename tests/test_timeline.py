@@ -9,12 +9,14 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from support.recorded import PID, T0, TID, rng, synthetic_rank, two_overlapping_tasks
 
 from mstx_marks.analysis.report_html import report_data
 from mstx_marks.analysis.steps import fold_name
 from mstx_marks.analysis.summary import summarize
-from mstx_marks.analysis.timeline import MIN_BAR_PX, render_svg, write_svg
+from mstx_marks.analysis.timeline import MIN_BAR_PX, assign_lanes, render_svg, write_svg
 from mstx_marks.base.records import RangeRecord, RankTrace
 
 SVG = "{http://www.w3.org/2000/svg}"
@@ -300,3 +302,49 @@ def test_a_rank_label_never_meets_a_thread_label_or_a_bar_in_chromium(tmp_path: 
     rows = json.loads(html.unescape(found.group(1)))
     assert len(rows) == 4 and all(len(r["rank-label"]) == 1 for r in rows)
     _assert_apart([{k: [tuple(b) for b in v] for k, v in r.items()} for r in rows])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 50), st.integers(0, 30)), max_size=40))
+def test_lanes_follow_their_definition(drawn: list[tuple[int, int]]) -> None:
+    """Any ranges (nested, staggered, equal, empty): each in the first lane below every range
+    placed before it that contains it, where every range placed so far has ended by its start,
+    as the lanes' heap and the containers' staircase find it."""
+    placed = assign_lanes([rng("x", s, s + d) for s, d in drawn])
+    assert sorted((r.start_ns, r.end_ns) for r, _ in placed) == sorted(
+        (T0 + s, T0 + s + d) for s, d in drawn
+    )
+    done: list[tuple[int, int, int]] = []  # (start, end, lane)
+    for r, lane in placed:
+        s, e = r.start_ns, r.end_ns
+        below = 1 + max((k for a, b, k in done if a <= s and b >= e), default=-1)
+        taken = {k for _, b, k in done if b > s}
+        expected = next(k for k in range(below, len(done) + 1) if k not in taken)
+        assert lane == expected
+        done.append((s, e, lane))
+
+
+def test_the_summarys_model_gives_the_steps_and_the_clocks() -> None:
+    """Given the summary's per-step model, the picture draws its steps (the reference's, by
+    key, across every rank) and places each rank where the model put it: a worker whose anchor
+    says its wall clock ran 5 ms ahead is moved back; nothing is found again."""
+    late = 5 * 10**6
+    trainer = RankTrace(0, synthetic_rank(0, steps=2).records, role="trainer", host="h",
+                        anchor_ns=10**12)  # fmt: skip
+    worker = RankTrace(1, [rng("update_actor", 700 + late, 990 + late)], role="worker",
+                       host="h", anchor_ns=10**12 + late)  # fmt: skip
+    summary = summarize([trainer, worker])
+    model = summary.per_step
+    assert model is not None and model.clock.shifts_ns == {worker.member: -late}
+    root = _parse(render_svg([trainer, worker], fold_name, model=model))
+    for row in root.findall(f"{SVG}g[@class='rank']"):
+        lines = row.findall(f"{SVG}line[@class='step']")
+        assert [line.get("data-step") for line in lines] == [s.key for s in model.steps]
+        xs = [float(line.get("x1", "")) for line in lines]
+        assert xs == sorted(xs) and len(set(xs)) == len(xs)
+    bars = {b.get("data-name"): b for b in root.iter(f"{SVG}rect") if b.get("class") == "range"}
+    # (the trainer's update_actor and the worker's, both 700 ns into the first step)
+    starts = sorted(int(b.get("data-start-ns", "")) for b in root.iter(f"{SVG}rect")
+                  if b.get("data-name") == "update_actor")  # fmt: skip
+    assert starts[0] == starts[1] == T0 + 700
+    assert "step" in bars

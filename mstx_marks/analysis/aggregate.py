@@ -163,6 +163,12 @@ class Summary:
     #: Where each step's time goes across the processes (None: no process has steps, or
     #: ``StepOptions.per_step`` was off): see :mod:`mstx_marks.analysis.rl_steps`.
     per_step: StepAnalysis | None = None
+    #: Per member whose steps are the job's (attributed to them by time, see ``per_step``),
+    #: the process whose steps they are: its role's table counts them (not its own, if any).
+    steps_of: dict[Member, Member] = field(default_factory=dict)
+    #: What ``per_step`` was built from, each process's spans (by member): where in each step
+    #: its time lay, which the pictures draw (:mod:`mstx_marks.analysis.step_bins`).
+    step_spans: list[tuple[Member, ProcessSpans]] = field(default_factory=list)
 
     @property
     def roles(self) -> list[str]:
@@ -269,6 +275,9 @@ class ProcessPart:
     unmarked: list[str] = field(default_factory=list)
     #: What its phases' ranges cover, for the per-step analysis (None when it is off).
     spans: ProcessSpans | None = None
+    #: When it joins several processes (one role and rank): each one's, which the per-step
+    #: analysis keeps apart (a process is its own lane, on its own clock).
+    lanes: list[ProcessSpans] = field(default_factory=list)
 
     @property
     def member(self) -> Member:
@@ -308,7 +317,7 @@ def aggregate_trace(
     )
     step_phases: set[str] = set()
     nested: list[tuple[Any, int, int, str]] = []  # the stages, for the breakdown
-    batches = Batches()
+    batches = Batches(options.fences)
     durations: dict[str, list[int]] = {}
     first: dict[str, int] = {}
     lo = hi = None
@@ -374,7 +383,10 @@ def aggregate_trace(
         .set_breakdown(nested, step_windows(paired, steps, fold))
     )
     if options.per_step:  # (nested now sorted by thread, then start)
-        part.spans = spans_of_ranges(nested, found, trace.host, trace.anchor_ns, batches)
+        part.spans = spans_of_ranges(nested, found, batches=batches, fences=options.fences)
+        part.spans.identify(trace.origin, part.pids, trace.instance)
+        lives = (aggregate_trace(life, fold, steps).spans for life in trace.lives)
+        part.lanes = [s for s in lives if s is not None]
     return part
 
 
@@ -419,7 +431,8 @@ def breakdown(
     """
     selfs: dict[str, int] = {}
     spans: list[Span] = []  # per thread, the time its ranges cover, as disjoint spans
-    # [end, start, name, covered, covered_end] of the ranges open at this start, outer first
+    # [end, start, name, covered, covered_end] of the ranges that may hold a later one, outer
+    # first, each inside the one below it
     stack: list[list[Any]] = []
     nothing = thread = object()
     lo = hi = 0
@@ -441,17 +454,20 @@ def breakdown(
             lo, hi = s, e
         elif e > hi:
             hi = e
-        while stack and stack[-1][0] <= s and stack[-1][0] < e:
+        # The stack is a chain, each range inside the one below it. One that ends before this
+        # one does cannot hold it nor any later range (this one would hold that one, and starts
+        # later): it is done. So only the top is ever popped, and staggered overlaps (asyncio
+        # tasks) cost no rescans.
+        while stack and stack[-1][0] < e:
             close(stack.pop())
-        for x in reversed(stack):  # the innermost range that contains this one
-            if x[0] >= e:
-                if s >= x[4]:
-                    x[3] += e - s
-                    x[4] = e
-                elif e > x[4]:
-                    x[3] += e - x[4]
-                    x[4] = e
-                break
+        if stack:  # the innermost range that contains this one
+            x = stack[-1]
+            if s >= x[4]:
+                x[3] += e - s
+                x[4] = e
+            elif e > x[4]:
+                x[3] += e - x[4]
+                x[4] = e
         stack.append([e, s, name, 0, s])
     for x in stack:
         close(x)
@@ -532,14 +548,12 @@ def combine(parts: Iterable[ProcessPart]) -> Summary:
     files' readers could not use, which ranges were counted once with the range around them,
     which hot-path methods ran unmarked, and which members' files recorded no MSTX range."""
     by_member = {p.member: p for p in sorted(parts, key=lambda p: p.member)}
+    spans = [(m, s) for m, p in by_member.items() for s in _lanes(p)]
+    per_step = analyse(spans)
     step_time = {m: p.step_time_ns for m, p in by_member.items()}
     known = {m: p for m, p in by_member.items() if not p.streamed}  # breakdown known
-    result: list[PhaseSummary] = []
-    for role in sorted({m.role for m in by_member}):
-        ranks = {m.rank: p for m, p in by_member.items() if m.role == role}
-        result += _role_phases(role, ranks, {r: step_time[Member(role, r)] for r in ranks})
-    return Summary(
-        phases=result,
+    summary = Summary(
+        phases=[],
         step_time_ns=step_time,
         step_count={m: p.step_count for m, p in by_member.items()},
         sources={m: str(p.source) for m, p in by_member.items()},
@@ -548,8 +562,39 @@ def combine(parts: Iterable[ProcessPart]) -> Summary:
         concurrent_ns={m: p.concurrent_ns for m, p in known.items()},
         outside_ns={m: p.outside_ns for m, p in known.items()},
         notes=_notes(by_member),
-        per_step=analyse((m, p.spans) for m, p in by_member.items() if p.spans is not None),
+        per_step=per_step,
+        step_spans=spans,
     )
+    if per_step is not None:
+        _on_job_steps(summary, per_step)
+    for role in sorted({m.role for m in by_member}):
+        ranks = {m.rank: p for m, p in by_member.items() if m.role == role}
+        summary.phases += _role_phases(role, ranks, {r: step_time[Member(role, r)] for r in ranks})
+    return summary
+
+
+def _on_job_steps(summary: Summary, model: StepAnalysis) -> None:
+    """Each member with no steps of its own, which the per-step model attributes to the job's
+    steps by time, has them in its role's table too (not the span of its ranges): their number,
+    time, the time of them it ran no phase, and its phases' time outside them. One job, one set
+    of steps (a process that counts steps of its own keeps them there)."""
+    keys = [st.key for st in model.steps]
+    ordinal = all(k == str(i) for i, k in enumerate(keys, start=1))
+    for m in summary.members():
+        figures = None if summary.step_count[m] else model.job_steps(m)
+        if figures is None:
+            continue
+        summary.step_count[m], summary.step_time_ns[m], idle, outside = figures
+        summary.step_keys[m] = [] if ordinal else keys
+        summary.steps_of[m] = model.reference
+        if m in summary.unmarked_ns:  # (not known of a process summarised in one pass)
+            summary.unmarked_ns[m], summary.outside_ns[m] = idle, outside
+
+
+def _lanes(part: ProcessPart) -> list[ProcessSpans]:
+    """The spans of each process of ``part`` (one, unless it joins several; none when the
+    per-step analysis is off)."""
+    return part.lanes or ([] if part.spans is None else [part.spans])
 
 
 def _notes(by_member: dict[Member, ProcessPart]) -> list[str]:

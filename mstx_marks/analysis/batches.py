@@ -7,10 +7,11 @@ their batches held where the ranges carry them (``args={"reqs": n, "tokens": n}`
 The ranges are kept as *runs*: a run is some consecutive ranges, its first start and last end
 and their counts summed. Up to :data:`~mstx_marks.analysis.spans.BUILD_LIMIT` runs are kept while
 ranges are added (each range its own run at first); past that, the runs separated by the
-shortest gaps are joined, as :class:`~mstx_marks.analysis.spans.SpanSet` joins its spans: a
-rollout's decode steps, milliseconds apart, join long before the gaps between RL steps (the
-training between two rollouts) do, so a step's counts stay exact unless a run spans its edge;
-such a run goes to the step holding its middle (and is counted: ``cut``).
+shortest gaps are joined, as :class:`~mstx_marks.analysis.spans.SpanSet` joins its spans
+(exactly as many as needed, and never across one of the ``fences``: the job's step edges, when
+the process is read a second time for them), so a step's counts stay exact unless a run spans
+its edge; such a run goes to the step holding its middle (and is counted: ``cut``). Without
+fences that happens: decode steps evenly spaced through the job's steps have every gap alike.
 
 >>> b = Batches()
 >>> b.add(0, 10, "prefill_batch", {"reqs": 2, "tokens": 64})
@@ -30,7 +31,15 @@ from typing import Any, Mapping, NamedTuple, Sequence
 
 from mstx_marks.base import phases
 
-__all__ = ["DECODE", "MODEL_STEPS", "BatchCounts", "Batches"]
+__all__ = [
+    "DECODE",
+    "MODEL_STEPS",
+    "BatchCounts",
+    "Batches",
+    "all_fences",
+    "fenced_gaps",
+    "gaps_to_join",
+]
 
 #: The phases one model step of a rollout engine is marked as (the registry's names).
 MODEL_STEPS = frozenset(
@@ -56,6 +65,51 @@ _NEVER = -(1 << 62)
 _FIELDS = ("starts", "ends", "model_steps", "decode", "tokens", "reqs", "known")
 
 
+def all_fences(given: Sequence[int], own: Sequence[int]) -> Sequence[int]:
+    """The fences of both (each sorted), sorted.
+
+    >>> all_fences([5, 9], [7]), all_fences([], [7])
+    ([5, 7, 9], [7])
+    """
+    return sorted({*given, *own}) if given and own else given or own
+
+
+def fenced_gaps(starts: Sequence[int], ends: Sequence[int], fences: Sequence[int]) -> list[int]:
+    """The gaps between neighbouring spans (or runs; sorted, disjoint), ``[i]`` the one after
+    the i-th, -1 where a join would hold one of ``fences`` (sorted) inside it: the gap holds
+    it, or a neighbour does (one over a fence stays apart from both sides, each side whole).
+
+    >>> fenced_gaps([0, 10, 20, 30], [4, 14, 24, 34], [7, 32])
+    [-1, 6, -1]
+    """
+    n = len(starts)
+    gaps = list(map(sub, starts[1:], ends[:-1]))
+    for f in fences:
+        i = bisect_right(ends, f) - 1  # the last one ending at or before f
+        if i + 1 >= n:
+            continue
+        if i >= 0:
+            gaps[i] = -1  # f lies in the gap after it, or inside the next one
+        if starts[i + 1] < f and i + 1 < n - 1:
+            gaps[i + 1] = -1  # inside the next one: the gap after that too
+    return gaps
+
+
+def gaps_to_join(gaps: Sequence[int], need: int) -> bytearray:
+    """Which of ``gaps`` to join (1) to remove ``need`` of them: the shortest, of equal ones
+    the earliest, never a negative one (a fence's); fewer when too few are open.
+
+    >>> list(gaps_to_join([5, 3, -1, 3, 9], 3))
+    [1, 1, 0, 1, 0]
+    """
+    chosen = bytearray(len(gaps))
+    if need > 0:
+        open_gaps = [i for i, g in enumerate(gaps) if g >= 0]
+        for i in sorted(open_gaps, key=gaps.__getitem__)[:need]:  # (a stable sort: by index)
+            chosen[i] = 1
+    return chosen
+
+
 class BatchCounts(NamedTuple):
     """Model steps counted in each of some windows (:meth:`Batches.clip`): ``model_steps``,
     ``decode`` (of them decode), ``tokens`` and ``reqs`` summed over the ``known`` ranges that
@@ -77,9 +131,9 @@ def _int(args: Mapping[str, Any], key: str) -> int | None:
 class Batches:
     """One process's model-step ranges as runs (see the module's docstring)."""
 
-    __slots__ = ("join_gap", "pending", *_FIELDS)
+    __slots__ = ("fences", "join_gap", "pending", *_FIELDS)
 
-    def __init__(self) -> None:
+    def __init__(self, fences: Sequence[int] = ()) -> None:
         for name in _FIELDS:
             setattr(self, name, array("q"))
         self.starts: array[int]
@@ -94,6 +148,8 @@ class Batches:
         #: A range this close after the last run is joined to it as it comes (set once the
         #: runs were compacted: it would be joined at the next compaction anyway; before, none).
         self.join_gap = _NEVER
+        #: Times (sorted) no run is ever joined across.
+        self.fences: Sequence[int] = fences
 
     def __len__(self) -> int:
         return len(self.starts) + len(self.pending)
@@ -124,13 +180,18 @@ class Batches:
             if len(self.pending) >= _BATCH:
                 self._fold()
             return
-        if starts and start - self.ends[-1] <= self.join_gap:
+        if starts and start - self.ends[-1] <= self.join_gap and not self._fenced(end):
             self._join_last(run)
             return
         for name, value in zip(_FIELDS, run):
             getattr(self, name).append(value)
         if len(starts) > _BUILD:
             self.join_gap = max(self.join_gap, self.compact(_BUILD // 2))
+
+    def _fenced(self, end: int) -> bool:
+        """Whether a fence lies inside the last run joined to a range ending at ``end``."""
+        i = bisect_right(self.fences, self.starts[-1])
+        return i < len(self.fences) and self.fences[i] < end
 
     def _join_last(self, run: tuple[int, ...]) -> None:
         if run[1] > self.ends[-1]:
@@ -163,18 +224,30 @@ class Batches:
         self._fold()
         return self
 
-    def compact(self, limit: int) -> int:
-        """Join neighbouring runs, the shortest gaps first, until at most ``limit`` are left;
-        returns the widest gap joined (0: none)."""
+    def compact(self, limit: int, fences: Sequence[int] = ()) -> int:
+        """Join neighbouring runs, the shortest gaps first (of equal gaps, the earliest), until
+        at most ``limit`` are left: exactly as many joins as that takes, never across a time in
+        ``fences`` or the runs' own (sorted; a gap holding one stays, so fewer than ``limit``
+        may be out of reach). Returns the widest gap joined (0: none).
+
+        >>> b = Batches()
+        >>> for i in range(6):  # decode steps every 10 ns: every gap alike
+        ...     b.add(10 * i, 10 * i + 4, "decode_batch", None)
+        >>> b.compact(4, fences=[25]), list(b.model_steps)
+        (6, [3, 1, 1, 1])
+        """
         self._fold()
         n = len(self.starts)
         if n <= max(limit, 1):
             return 0
-        gaps = list(map(sub, self.starts[1:], self.ends[:-1]))  # gaps[i]: after run i
-        widest = sorted(gaps)[n - max(limit, 1) - 1]
+        gaps = fenced_gaps(self.starts, self.ends, all_fences(fences, self.fences))
+        chosen = gaps_to_join(gaps, n - max(limit, 1))
+        if not any(chosen):
+            return 0
+        widest = max(g for g, joined in zip(gaps, chosen) if joined)
         out: list[list[int]] = []
         for i, run in enumerate(zip(*(getattr(self, name) for name in _FIELDS))):
-            if out and gaps[i - 1] <= widest:
+            if out and chosen[i - 1]:
                 last = out[-1]
                 last[1] = max(last[1], run[1])
                 for k in range(2, len(_FIELDS)):
@@ -184,10 +257,26 @@ class Batches:
         self._set([tuple(r) for r in out])
         return max(int(widest), 0)
 
-    def finish(self) -> Batches:
-        """Join runs down to what a worker ships; returns itself."""
-        self.compact(_SHIP)
+    def finish(self, fences: Sequence[int] = ()) -> Batches:
+        """Join runs down to what a worker ships (never across ``fences``); returns itself."""
+        self.compact(_SHIP, fences)
         return self
+
+    @property
+    def joined(self) -> bool:
+        """Whether a run holds more than one range (joined to bound memory)."""
+        self._fold()
+        return any(n > 1 for n in self.model_steps)
+
+    def joined_across(self, times: Sequence[int]) -> bool:
+        """Whether a run of several ranges holds one of ``times`` (sorted) inside it."""
+        self._fold()
+        for start, end, n in zip(self.starts, self.ends, self.model_steps):
+            if n > 1:
+                i = bisect_right(times, start)
+                if i < len(times) and times[i] < end:
+                    return True
+        return False
 
     def clip(self, windows: Sequence[tuple[int, int]]) -> BatchCounts:
         """The counts in each of ``windows`` (sorted, disjoint): each run goes to the window

@@ -13,7 +13,11 @@ profiler's capture of the same process (``MSTX_MARKS_CAPTURE``'s windows, torch_
 its window. Then the database wins (it is what msprof-analyze reads), then the Chrome trace, then
 the spill (all that is left of a killed process), then the newest file.
 Copies that hold as many records as the one used are duplicates and pass silently; when some
-differ, one note says so for all ranks.
+differ, one note says so for all ranks. A copy that loses lends what the winner does not say:
+its role, and where the process recorded and on which clock (its
+:class:`~mstx_marks.base.records.Origin`: a spill's header says it; a database or Chrome trace
+written before they carried it does not), so that which copy is read never moves a process
+on the time axis.
 
 Timestamps are wall-clock (``time.time_ns()``) nanoseconds; a file whose timestamps are on a
 clock since boot cannot be placed beside the others and is left out with an error, whichever
@@ -34,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Generic, TypeVar
 
-from mstx_marks.base.records import TraceFileError
+from mstx_marks.base.records import Origin, TraceFileError
 from mstx_marks.export.spill import SPILL_SUFFIX
 
 __all__ = ["EPOCH_NS", "Copy", "RunPick", "pick_copies", "pick_run", "run_groups"]
@@ -59,6 +63,8 @@ class Copy(Generic[T]):
     #: Tells apart processes with the same host and pid (their own pid namespaces).
     instance: str = ""
     run: str = ""
+    #: Where the process recorded and on which clock, as this file says it.
+    origin: Origin = field(default_factory=Origin)
 
     @property
     def key(self) -> tuple[int, frozenset[int], str]:
@@ -136,8 +142,16 @@ def pick_copies(
 ) -> tuple[list[Copy[T]], list[str]]:
     """One copy per process from the files read (``(path, copies in it)``), and the notes.
 
-    Files on the odd clock are added to ``errors``. A copy that loses lends its role to the
-    winner when the winner has none.
+    Files on the odd clock are added to ``errors``. A copy that loses lends its role and its
+    origin to the winner when the winner has none: the caller gives the winner's payload
+    its ``role`` and ``origin``.
+
+    >>> old = Copy(0, frozenset({7}), 3, Path("a.db"), 2 * 10**18, "", "db")
+    >>> spill = Copy(0, frozenset({7}), 3, Path("7.jsonl"), 2 * 10**18, "actor", "spill",
+    ...              origin=Origin("h1", "b1", 5))
+    >>> (won,), _ = pick_copies([(old.source, [old]), (spill.source, [spill])], errors=[])
+    >>> won.payload, won.role, won.origin.host
+    ('db', 'actor', 'h1')
     """
     chosen: dict[tuple[int, frozenset[int], str], Copy[T]] = {}
     others: dict[tuple[int, frozenset[int], str], list[Copy[T]]] = {}
@@ -155,13 +169,20 @@ def pick_copies(
         other = chosen.get(c.key)
         if other is not None and other.preference() >= c.preference():
             others.setdefault(c.key, []).append(c)
-            other.role = other.role or c.role
+            _lend(c, other)
             continue
         if other is not None:
             others.setdefault(c.key, []).append(other)
-            c.role = c.role or other.role
+            _lend(other, c)
         chosen[c.key] = c
     return list(chosen.values()), _notes(chosen, others)
+
+
+def _lend(loser: Copy[T], winner: Copy[T]) -> None:
+    """What ``winner`` does not say of its process and ``loser`` does."""
+    winner.role = winner.role or loser.role
+    if not winner.origin.known:
+        winner.origin = loser.origin
 
 
 def _end_ns(payload: object) -> int | None:

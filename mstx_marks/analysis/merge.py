@@ -9,8 +9,10 @@ engine's processes, the driver) and writes them on one time axis:
   ``otherData.clock`` of our Chrome traces; torch.profiler's ``baseTimeNanoseconds`` plays that
   part for its boot-clock timestamps, and the reader applies it), so a trace stamped on a clock
   since boot can be moved onto the wall clock; files on another clock that carry no pair are
-  left out by ``summary`` with an error. No cross-rank offset is estimated (there is no
-  torch.distributed exchange at read time); ``otherData.alignment`` says so in the file.
+  left out by ``summary`` with an error. Given the summary's per-step model
+  (:mod:`mstx_marks.analysis.rl_steps`), each process is placed where the model put it (moved
+  by its clock shift, as the HTML report and the SVG place it), and ``otherData.alignment``
+  says how far to trust that, in the model's words; without one, as recorded.
 - **Processes.** One Chrome process per role, rank and operating-system pid, named
   ``<role> rank R (pid P)`` and sorted by role, then rank (one GPU's trainer, FSDP workers and
   vLLM processes all say rank 0: the role leads).
@@ -21,8 +23,9 @@ engine's processes, the driver) and writes them on one time axis:
   listed in ``otherData.threads`` so that :func:`~mstx_marks.export.read_chrome_trace` reads
   them back onto their thread (:func:`mstx_marks.export.chrome.thread_tracks`, which the
   per-rank traces use too).
-- **Steps** are on a ``steps`` track of each process (category ``mstx_marks.step``, which the
-  reader skips).
+- **Steps** are the model's, never found again here: the job's steps (its reference's, by key)
+  on a ``steps`` track of the reference's process (category ``mstx_marks.step``, which the
+  reader skips); none without a model.
 
 >>> from mstx_marks.base.records import RangeRecord, RankTrace
 >>> a = RangeRecord("update_actor", "default", 0, 20, 5, 9)
@@ -37,7 +40,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
-from mstx_marks.analysis.steps import StepOptions, find_steps
+from mstx_marks.analysis.rl_steps import StepAnalysis
 from mstx_marks.base.records import RankTrace, Record
 from mstx_marks.export.chrome import (
     GENERATOR,
@@ -68,11 +71,12 @@ def _meta(name: str, cpid: int, args: dict[str, Any], tid: int | None = None) ->
 
 
 def merged_chrome_trace(
-    traces: Sequence[RankTrace], steps: StepOptions | None = None
+    traces: Sequence[RankTrace], model: StepAnalysis | None = None
 ) -> dict[str, Any]:
-    """The trace document of the whole job, ready for :func:`json.dumps`; ``steps`` says how
-    the steps track is found (:mod:`mstx_marks.analysis.steps`)."""
-    starts = [r.start_ns for t in traces for r in t.records]
+    """The trace document of the whole job, ready for :func:`json.dumps`; its processes placed
+    and its steps drawn as the per-step ``model`` says (see the module's docstring)."""
+    shifts = {} if model is None else model.clock.shifts_ns
+    starts = [r.start_ns + shifts.get(t.member, 0) for t in traces for r in t.records]
     origin = (min(starts) // 10**9) * 10**9 if starts else 0
     events: list[dict[str, Any]] = []
     processes: dict[str, Any] = {}
@@ -80,7 +84,8 @@ def merged_chrome_trace(
     cpid = 0
     extra = OVERLAP_TID
     for trace in sorted(traces, key=lambda t: t.member):
-        found = find_steps(trace, steps)
+        found = model.steps if model is not None and trace.member == model.reference else []
+        at = origin - shifts.get(trace.member, 0)  # its times less this: on the model's axis
         by_pid: dict[int, list[Record]] = {}
         for r in trace.records:
             by_pid.setdefault(r.pid, []).append(r)
@@ -104,15 +109,15 @@ def merged_chrome_trace(
                 label = track.label
                 events.append(_meta("thread_name", cpid, {"name": label}, track.tid))
                 events.append(_meta("thread_sort_index", cpid, {"sort_index": order}, track.tid))
-                events.extend(trace_event(r, cpid, origin, track.tid) for r in track.records)
+                events.extend(trace_event(r, cpid, at, track.tid) for r in track.records)
             if found and pid == min(by_pid):
                 extra += 1
                 events.append(_meta("thread_name", cpid, {"name": "steps"}, extra))
                 events.append(_meta("thread_sort_index", cpid, {"sort_index": -1}, extra))
-                for s in found:
+                for s in found:  # (on the model's axis already)
                     events.append({
                         "ph": "X", "name": f"step {s.key}", "cat": STEP_CATEGORY,
-                        "ts": trace_us(s.start_ns - origin), "dur": trace_us(s.end_ns - s.start_ns),
+                        "ts": trace_us(s.start_ns - origin), "dur": trace_us(s.length_ns),
                         "pid": cpid, "tid": extra, "args": {"step": s.key},
                     })  # fmt: skip
     return {
@@ -123,13 +128,13 @@ def merged_chrome_trace(
             "origin_ns": origin,
             "processes": processes,
             "threads": threads,
-            "alignment": _ALIGNMENT,
+            "alignment": _ALIGNMENT if model is None else f"per-step model: {model.clock.text()}",
         },
     }
 
 
 def write_merged_trace(
-    path: str | Path, traces: Sequence[RankTrace], steps: StepOptions | None = None
+    path: str | Path, traces: Sequence[RankTrace], model: StepAnalysis | None = None
 ) -> Path:
     """Write :func:`merged_chrome_trace` of ``traces`` to ``path`` atomically; returns it."""
-    return atomic_write_bytes(path, dumps(merged_chrome_trace(traces, steps)).encode())
+    return atomic_write_bytes(path, dumps(merged_chrome_trace(traces, model)).encode())

@@ -20,14 +20,16 @@ holds:
   the table still counts them all).
 - **the pipeline view**, beside it: the per-step model as a picture (an SVG), one lane per
   process (role x rank; the loop role first), each step a column band as wide as the step is
-  long, a header with its key and length. Per lane and step, its busy time (coloured by its
-  phase of most time, split into its phases when they ran one at a time) then its bubble
-  (idle: hatched), packed from the step's start: the model keeps how much, not where. A
-  critical-path row draws the step's path at its times, and a red tick marks in its lane the end
-  of the work of each process the path waited for; the rank the step's what-if names (the
-  slowest of its role in the phase with the most to gain: the long tail) is outlined red and
-  its label flagged. Hover for the figures; eight steps at a time, buttons page through them.
-  Every figure is the model's (:func:`pipeline_data`): the page only places them.
+  long, a header with its key and length. Each lane is drawn at true times: its window in the
+  step (hatched: idle) holds a fixed number of bins (:mod:`~mstx_marks.analysis.step_bins`),
+  each where it lay, coloured by its phase of most time and as opaque as its phases cover it;
+  the bins' busy times add up to the step's. So an async job's generation overlapping training
+  shows as it ran. A critical-path row draws the step's path at its times, and a red tick marks
+  in its lane the end of the work of each process the path waited for (at its time: on its
+  work); the rank the step's what-if names (the slowest of its role in the phase with the most
+  to gain: the long tail) is outlined red and its label flagged. Hover for the figures; eight
+  steps at a time, buttons page through them. Every figure is the model's
+  (:func:`pipeline_data`): the page only places them.
 - **the per-phase table**: per phase its row across ranks and a row per rank (click the phase to
   fold them), inclusive step %, self time and self %, an ``(unmarked)`` row per role, and a
   note saying why the shares may pass 100 % (click a heading to sort by it). Each role's
@@ -35,8 +37,10 @@ holds:
   and a legend entry; the others one row, one grey, one entry (``max_phases=None``: all);
 - **rank imbalance**: per role and phase run on several ranks, each rank's total as a bar on a
   scale (ms, with the mean dashed), the slowest rank named with its total over the fastest's,
-  like msprof-analyze's slow-rank view. Roles are never mixed: the trainer, the FSDP workers and
-  the rollout engine of one GPU all say rank 0. With one rank per role there is no panel.
+  like msprof-analyze's slow-rank view; its bar red only from :data:`IMBALANCE_FLAG` on (below,
+  it is said to be within noise: what ranks doing equal work differ by). Roles are never mixed:
+  the trainer, the FSDP workers and the rollout engine of one GPU all say rank 0. With one rank
+  per role there is no panel.
 
 Every name reaches the page as data and is inserted as text, never as markup. The style and
 the scripts are files of the package (``mstx_marks/analysis/report/``: :data:`ASSETS`), read
@@ -65,17 +69,20 @@ from mstx_marks.analysis.colors import OTHER_COLOR, PHASE_COLORS, phase_color
 from mstx_marks.analysis.mark_pairs import pair_marks
 from mstx_marks.analysis.rl_steps import StepAnalysis
 from mstx_marks.analysis.rl_steps_text import steps_json
+from mstx_marks.analysis.spans import ProcessSpans
 from mstx_marks.analysis.stages import range_name
-from mstx_marks.analysis.steps import StepOptions, fold_name
+from mstx_marks.analysis.step_bins import step_bins
+from mstx_marks.analysis.steps import fold_name
 from mstx_marks.analysis.summary_text import cut, run_line
 from mstx_marks.analysis.timeline import assign_lanes
 from mstx_marks.analysis.top_phases import MAX_PHASES, OtherPhases, top_phases
 from mstx_marks.base.diagnostics import counted
-from mstx_marks.base.records import InstantRecord, RangeRecord, RankTrace, Record
+from mstx_marks.base.records import InstantRecord, Member, RangeRecord, RankTrace, Record
 from mstx_marks.export import atomic_write_bytes
 
 __all__ = [
     "ASSETS",
+    "IMBALANCE_FLAG",
     "MAX_BARS",
     "MAX_MARKS",
     "MIN_BAR_PX",
@@ -94,6 +101,10 @@ MIN_BAR_PX = 3
 MAX_BARS = 200_000
 #: At most this many instants are drawn (the first).
 MAX_MARKS = 50_000
+#: The slowest rank's total over the fastest's from which the imbalance panel paints it red:
+#: ranks doing equal work differ by a few percent from launch skew and scheduling alone (1.02x
+#: painted red read as a finding), while a tenth more is a rank that does more, or waits.
+IMBALANCE_FLAG = 1.10
 
 
 def _ms(ns: float) -> float:
@@ -177,28 +188,38 @@ def _drawn_name(r: Record) -> str:
     return fold_name(r.name)
 
 
-def pipeline_data(model: StepAnalysis | None, origin_ns: int = 0) -> dict[str, Any] | None:
+def pipeline_data(
+    model: StepAnalysis | None,
+    origin_ns: int = 0,
+    spans: Sequence[tuple[Member, ProcessSpans]] = (),
+) -> dict[str, Any] | None:
     """What the pipeline view draws: the per-step model in its one JSON form
     (:func:`~mstx_marks.analysis.rl_steps_text.steps_json`, as ``summary --json`` writes it)
     with its times (the steps' and their critical paths') less ``origin_ns``: JavaScript reads
     numbers as doubles, which hold an epoch in ns to 256 ns only, a time since the run's start
     exactly. Then the order of its lanes (indices into its ``processes``: by role as
     :meth:`~mstx_marks.analysis.rl_steps.StepAnalysis.roles` orders them, the loop role first,
-    then by rank) and each phase's colour; None without a model.
+    then by rank), each phase's colour, and ``bins``: where in each step each process's time
+    lay, cut from the ``spans`` the model was built from (:mod:`~mstx_marks.analysis.step_bins`):
+    ``n`` per process and step, ``lanes[i]`` process ``i``'s, per step ``[start, end, covers,
+    phases]`` (its window less ``origin_ns``, each bin's busy ns, each bin's phase as an index
+    into ``names``, -1 none) or null where it has no figures; a process whose spans are not
+    given has null. None without a model.
 
     >>> from mstx_marks.analysis.rl_steps import analyse
-    >>> from mstx_marks.analysis.spans import ProcessSpans
     >>> from mstx_marks.analysis.steps import Step
-    >>> from mstx_marks.base.records import Member
     >>> t = ProcessSpans(); t.add(100, 140, "gen"); t.set_steps([Step(100, 150, "1", 50)])
     >>> w = ProcessSpans(); w.add(105, 135, "gen")
-    >>> view = pipeline_data(analyse([(Member("a_worker", 0), w.finish()),
-    ...                               (Member("trainer", 0), t.finish())]), origin_ns=100)
+    >>> spans = [(Member("a_worker", 0), w.finish()), (Member("trainer", 0), t.finish())]
+    >>> view = pipeline_data(analyse(spans), origin_ns=100, spans=spans)
     >>> view["lanes"], view["model"]["processes"][1]["idle_ns"], view["colors"]["gen"][0]
     ([1, 0], [10], '#')
     >>> step = view["model"]["steps"][0]
     >>> step["start_ns"], step["end_ns"], step["critical_path"][0]["waited"]["end_ns"]
     (0, 50, 35)
+    >>> start, end, covers, phases = view["bins"]["lanes"][0][0]  # the worker's
+    >>> start, end, sum(covers), view["bins"]["n"], covers[:4], phases[:4]
+    (0, 50, 30, 48, [0, 0, 0, 0], [-1, -1, -1, -1])
     """
     if model is None:
         return None
@@ -214,11 +235,27 @@ def pipeline_data(model: StepAnalysis | None, origin_ns: int = 0) -> dict[str, A
             timed["end_ns"] -= origin_ns
             if timed.get("waited"):
                 timed["waited"]["end_ns"] -= origin_ns
+    bins = step_bins(model, spans)
     return {
         "model": doc,
         "origin_ns": origin_ns,
         "lanes": lanes,
         "colors": {name: phase_color(name) for name in sorted(names)},
+        "bins": {
+            "n": bins.n,
+            "names": bins.names,
+            "lanes": [
+                None
+                if lane is None
+                else [
+                    None
+                    if b is None
+                    else [b.start_ns - origin_ns, b.end_ns - origin_ns, b.cover, b.phase]
+                    for b in lane.steps
+                ]
+                for lane in bins.lanes
+            ],
+        },
     }
 
 
@@ -360,7 +397,7 @@ def report_data(
         "others": [_other_row(o) for o in others],
         "args": list(args),
         "steps": step_marks,
-        "pipeline": pipeline_data(model, origin),
+        "pipeline": pipeline_data(model, origin, summary.step_spans),
         "phases": phases,
         "unmarked": unmarked,
         "beyond": beyond,
@@ -370,6 +407,7 @@ def report_data(
         "members": [m.label for m in summary.members()],
         "min_bar_px": MIN_BAR_PX,
         "max_phases": max_phases,
+        "imbalance_flag": IMBALANCE_FLAG,
     }
 
 
@@ -396,14 +434,12 @@ def asset(name: str) -> str:
 def render_html(
     traces: Sequence[RankTrace],
     summary: Summary,
-    steps: StepOptions | None = None,
     title: str = "mstx_marks report",
     max_phases: int | None = MAX_PHASES,
 ) -> str:
     """The page for ``traces`` and their ``summary``, as one string (``max_phases``: as
-    :func:`report_data` says). ``steps`` is not read: the page's steps are the summary's own
-    (its per-step model, made with the options the summary was); it stays for the callers
-    that pass it."""
+    :func:`report_data` says). Its steps are the summary's own (its per-step model, made with
+    the options the summary was): never found again here."""
     data = report_data(traces, summary, max_phases)
     # Inside <script>, "</" ends the block and "<!--" starts an escaped state that hides it:
     # "<" as \u003c (JSON's own escape) leaves neither, and the data the same.
@@ -458,7 +494,8 @@ def render_html(
         "<button id='pnext' title='later steps'>&#9654;</button><span id='pview'></span></div>"
         "<div id='pipewrap'><svg id='pipesvg'></svg></div>"
         f"<h2>Phases</h2>{err_note}<table id='phases'></table>{shares}"
-        "<h2 id='imbhead'>Rank imbalance (per role, total time per rank; red: the slowest)</h2>"
+        "<h2 id='imbhead'>Rank imbalance (per role, total time per rank; red: the slowest, from"
+        f" {IMBALANCE_FLAG:.2f}x the fastest)</h2>"
         "<div id='imbalance'></div>"
         f"<script type='application/json' id='data'>{payload}</script>"
         f"<script>{asset('report.js')}</script><script>{asset('pipeline.js')}</script>"
@@ -470,10 +507,9 @@ def write_html_report(
     path: str | Path,
     traces: Sequence[RankTrace],
     summary: Summary,
-    steps: StepOptions | None = None,
     *,
     max_phases: int | None = MAX_PHASES,
 ) -> Path:
     """Write :func:`render_html` to ``path`` atomically and return the path."""
-    page = render_html(traces, summary, steps, max_phases=max_phases)
+    page = render_html(traces, summary, max_phases=max_phases)
     return atomic_write_bytes(path, page.encode())

@@ -19,29 +19,37 @@ ranks, each timing its own ``train_step``) is attributed to its own steps instea
 the reference's by key, as msprof-analyze's ``cluster_time_summary`` joins ranks on (rank,
 step): its step length is its own. A process's figures are exact unless it held more ranges
 than are kept (:mod:`mstx_marks.analysis.spans`) and a step's edge cut a span joined to bound
-memory: ``uncertain_ns`` says by how much they may be off.
+memory: ``uncertain_ns`` says by how much they may be off. Such a process is read a second
+time, its spans never joined across the job's step edges (:func:`fences_needed`: ``summary``
+does it), so that only a process with more steps than are kept needs it.
 
-**Clocks.** Every file's times are on the wall clock's axis already (a spill's are the
-monotonic clock plus the process's anchor, wall less monotonic when it began). On one host the
-monotonic clock is one clock: processes whose file gives their host and anchor are moved onto
-one anchor per host (the median of theirs), which takes out any step or slew of the wall clock
-between their starts; so processes of one host are aligned exactly. Hosts are aligned only by
-their wall clocks, which NTP keeps within about a millisecond on a LAN at best (tens of ms
-across the Internet, 100 ms and more with asymmetric routes): :class:`ClockNote` says which
-holds.
+**Clocks and processes** (:mod:`mstx_marks.analysis.clocks`). A process is its own lane (four
+engines of one role and rank are four; a restarted worker's lives are one lane, each placed by
+its own clock, and the restart is said). Processes of one machine (one boot id) share its
+monotonic clock and are aligned exactly; each other machine's offset is measured from the calls
+the reference blocks on, which nest the workers' (NTP-style bounds, intersected), applied, and
+its bound stated: a process's time within that bound of a step's edge is counted in
+``uncertain_ns``. :class:`ClockNote` says how each machine was placed.
 
-**Critical path** of a step, from the reference's view: its phases inside the step (nested
-ones left out: those whose time lies inside another phase's), walked back from the step's end,
-each time the one that ended last before the point reached (so, in colocated mode, all of them
-in order); for each, the process of another role whose work inside it ended last (what the
-reference waited for). **What if** the slowest rank matched the median: for each role and phase
-run by several ranks in the step, the step less (slowest rank's time - the median's); the
-largest saving is kept. It assumes that phase is on the step's path (the loop waits for its
-slowest rank), as in verl's synchronous stages.
+**Critical path** of a step, from the reference's view: its phases inside the step, each
+occurrence of one its own link (``update_weights > gen > update > update_weights`` is four;
+occurrences nested in another phase's left out), walked back from the step's end, each time the
+one that ended last before the point reached (so, in colocated mode, all of them in order; two
+occurrences of one phase next to each other on the path are one link); for each, what the
+reference waited for: the process of another role running the same phase inside it whose work
+there ended last (the call it blocks on: the FSDP ranks' ``compute_log_prob`` inside the
+trainer's, not an engine generating the next batch meanwhile), else the process of another
+role whose work inside it ended last. **What if** the slowest rank matched the median: only
+time on the path can be saved, so for each link, the ranks of the role it waited on that ran
+the phase it waited for in the step: the link less ``min(slowest - median, slowest's end - the
+next latest end)`` of their time inside it (the link then ends when the next latest rank ends:
+[100, 120, 130, 140] saves 10, not 15; a rank done before the link began counts 0 there). The
+largest saving of the step is kept.
 
 **Rollout long tail** of a step (:class:`RolloutTail`): the *engines* are the processes with
 vLLM's / SGLang's model-step ranges (:data:`~mstx_marks.analysis.batches.MODEL_STEPS`); an
-engine's rollout time in a step is what those ranges cover there. The slowest engine against
+engine's rollout time in a step is what those ranges cover there (their union: a prefill that
+overlaps a decode counts once). The slowest engine against
 the median, and the share of the rollout spent waiting for it, ``(slowest - median) /
 slowest``; per engine its model steps, decode steps and their time, and the tokens and
 requests of its batches, summed, where every model step there carried them (None: not known,
@@ -68,10 +76,13 @@ import statistics
 from array import array
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
+from operator import add
 from typing import Iterable
 
 from mstx_marks.analysis.batches import DECODE, MODEL_STEPS, BatchCounts
+from mstx_marks.analysis.clocks import ClockNote, align, edge_doubt
 from mstx_marks.analysis.spans import ProcessSpans, SpanSet
+from mstx_marks.base.diagnostics import counted
 from mstx_marks.base.records import Member, Span
 
 __all__ = [
@@ -85,6 +96,7 @@ __all__ = [
     "StepInfo",
     "WhatIf",
     "analyse",
+    "fences_needed",
 ]
 
 #: At most this many steps are analysed; a job with more has every k-th analysed (a loop
@@ -95,54 +107,10 @@ ABSENT = -1
 
 
 @dataclass
-class ClockNote:
-    """How the processes' clocks were put on one axis, and how far to trust it: ``hosts`` the
-    hosts the files named, ``unknown`` the processes whose file names none (a database, a
-    Chrome trace), ``shifts_ns`` how far each process was moved onto its host's monotonic
-    clock (only those moved)."""
-
-    hosts: list[str]
-    unknown: list[Member]
-    shifts_ns: dict[Member, int] = field(default_factory=dict)
-
-    @property
-    def aligned_by(self) -> str:
-        """``monotonic`` when every process is on one host that says so; ``wall`` otherwise."""
-        return "monotonic" if len(self.hosts) == 1 and not self.unknown else "wall"
-
-    def text(self) -> str:
-        """The accuracy, in words.
-
-        >>> print(ClockNote(["a", "b"], []).text())
-        ... # doctest: +ELLIPSIS
-        2 hosts aligned by wall clock: NTP-level, about 1 ms on a LAN at best ...
-        """
-        where = f"{len(self.hosts)} hosts" if len(self.hosts) != 1 else "1 host"
-        if len(self.hosts) > 1:
-            text = (
-                f"{where} aligned by wall clock: NTP-level, about 1 ms on a LAN at best (tens"
-                " of ms across the Internet): a range that near a step's edge on another host"
-                " may fall in the next step; processes of one host by its monotonic clock"
-                " (exact)"
-            )
-        elif self.hosts:
-            text = f"{where} ({self.hosts[0]}): processes aligned by its monotonic clock (exact)"
-        else:
-            text = "hosts not known: processes placed by the wall clock their files hold"
-        if self.unknown and self.hosts:
-            text += (
-                f"; {len(self.unknown)} process(es) whose file names no host placed by the wall"
-                " clock it holds (exact on one host unless the clock was set meanwhile,"
-                " NTP-level across hosts)"
-            )
-        return text
-
-
-@dataclass
 class PathLink:
-    """One phase on a step's critical path: its time in the step (``time_ns``, what its ranges
-    cover), its first start and last end there, and the process of another role whose work
-    inside it ended last (``waited``, its phase and end; None when none ran then)."""
+    """One occurrence of a phase on a step's critical path: its time (``time_ns``, what its
+    ranges cover), its first start and last end, and what it waited for (``waited``, its phase
+    and end, see the module's docstring; None when no process of another role ran then)."""
 
     phase: str
     start_ns: int
@@ -155,8 +123,9 @@ class PathLink:
 
 @dataclass
 class WhatIf:
-    """The step had its ``role``'s slowest rank in ``phase`` taken the median rank's time:
-    ``step_ns`` long instead (``saving_ns`` less)."""
+    """The step had the rank of ``role`` a link of its path waited for (``slowest_rank``,
+    ``slowest_ns`` of ``phase`` inside the link) taken the median rank's time there:
+    ``step_ns`` long instead (``saving_ns`` less; see the module's docstring)."""
 
     role: str
     phase: str
@@ -235,6 +204,9 @@ class ProcessSteps:
     slack_ns: int = 0
     #: Its model steps counted per step (a rollout engine's; None for another process).
     batches: BatchCounts | None = None
+    #: What its model-step ranges cover per step, all phases together (an engine's; None for
+    #: another process): its rollout time.
+    rollout_ns: array[int] | None = None
 
     def idle_ns(self, i: int) -> int:
         """The step's time this process had no phase running (the bubble), or :data:`ABSENT`."""
@@ -265,6 +237,32 @@ class StepAnalysis:
     total_steps: int
     every: int = 1
     notes: list[str] = field(default_factory=list)
+    #: Per member (role and rank) of several processes attributed to these steps by time (four
+    #: engines that all say rank 0): what their busy time covers together in each step, and
+    #: outside every step (see :meth:`job_steps`).
+    joined: dict[Member, tuple[array[int], int]] = field(default_factory=dict)
+
+    def job_steps(self, member: Member) -> tuple[int, int, int, int] | None:
+        """``member``'s figures on the job's steps (all its processes together, by role and
+        rank), as its role's table gives them: the steps analysed, their time, the time of them
+        it ran no phase (its idle), its phases' time outside them; None when it is attributed
+        to steps of its own, or has no figures.
+
+        >>> from mstx_marks.analysis.spans import ProcessSpans
+        >>> from mstx_marks.analysis.steps import Step
+        >>> t = ProcessSpans(); t.add(0, 30, "gen"); t.set_steps([Step(0, 50, "1", 50)])
+        >>> w = ProcessSpans(); w.add(10, 20, "update_actor"); w.add(60, 70, "update_actor")
+        >>> model = analyse([(Member("trainer", 0), t.finish()), (Member("worker", 0), w.finish())])
+        >>> model.job_steps(Member("worker", 0)), model.job_steps(Member("trainer", 0))
+        ((1, 50, 40, 10), None)
+        """
+        key = Member(member.role, member.rank)
+        rows = [p for p in self.processes if Member(p.member.role, p.member.rank) == key]
+        if not rows or any(p.own for p in rows):
+            return None
+        time = sum(st.length_ns for st in self.steps)
+        busy, outside = self.joined.get(key) or (rows[0].busy_ns, rows[0].outside_ns)
+        return len(self.steps), time, time - sum(busy), outside
 
     def row(self, member: Member) -> ProcessSteps:
         """The figures of ``member``."""
@@ -318,22 +316,6 @@ class StepAnalysis:
         return out
 
 
-def _clock(procs: list[tuple[Member, ProcessSpans]]) -> ClockNote:
-    """One anchor per host (the median of its processes'): each process's shift onto it."""
-    anchors: dict[str, list[int]] = {}
-    for _, s in procs:
-        if s.host and s.anchor_ns is not None:
-            anchors.setdefault(s.host, []).append(s.anchor_ns)
-    shared = {host: statistics.median_low(found) for host, found in anchors.items()}
-    shifts = {
-        m: shared[s.host] - s.anchor_ns
-        for m, s in procs
-        if s.host in shared and s.anchor_ns is not None and shared[s.host] != s.anchor_ns
-    }
-    unknown = [m for m, s in procs if not s.host]
-    return ClockNote(sorted({s.host for _, s in procs if s.host}), unknown, shifts)
-
-
 def _reference(procs: list[tuple[Member, ProcessSpans]]) -> tuple[str, Member] | None:
     """The loop role and the reference process (see the module's docstring)."""
     by_role: dict[str, list[tuple[Member, ProcessSpans]]] = {}
@@ -354,48 +336,17 @@ def _reference(procs: list[tuple[Member, ProcessSpans]]) -> tuple[str, Member] |
     return role, min(m for m, _ in by_role[role])
 
 
-def _merged(processes: Iterable[tuple[Member, ProcessSpans]]) -> list[tuple[Member, ProcessSpans]]:
-    """One entry per member, sorted (two parts of one member merged): the model does not
-    depend on the order the parts came in."""
-    by_member: dict[Member, list[ProcessSpans]] = {}
-    for m, s in processes:
-        by_member.setdefault(m, []).append(s)
-    out = []
-    for m in sorted(by_member):
-        found = by_member[m]
-        if len(found) > 1:
-            whole = ProcessSpans()
-            # (merged in a fixed order: by their own first times)
-            for s in sorted(found, key=_order_key):
-                whole.merge(s)
-            found = [whole.finish()]
-        out.append((m, found[0]))
-    return out
-
-
-def _order_key(s: ProcessSpans) -> tuple[int, int, str]:
-    first = min((ss.starts[0] for ss in s.phases.values() if len(ss.starts)), default=0)
-    return first, len(s.step_starts), s.host
-
-
 def analyse(processes: Iterable[tuple[Member, ProcessSpans]]) -> StepAnalysis | None:
-    """The per-step model of the processes' finished spans (one per member: role and rank);
-    None when no process has steps."""
-    procs = _merged(processes)
-    found = _reference(procs)
+    """The per-step model of the processes' finished spans (one per process: several of one
+    member, role and rank, are kept apart or joined as :func:`~.clocks.align` says); None when
+    no process has steps."""
+    placed = align(processes, _reference)
+    procs, found, clock = placed.lanes, placed.found, placed.clock
     if found is None:
         return None
     loop_role, reference = found
     spans_of = dict(procs)
-    clock = _clock(procs)
-    ref = spans_of[reference]
-    shift_ref = clock.shifts_ns.get(reference, 0)
-    total = len(ref.step_starts)
-    every = max(1, math.ceil(total / MAX_STEPS))
-    steps = []
-    for i in range(0, total, every):
-        start, end = ref.step_window(i)
-        steps.append(StepInfo(ref.step_key(i), start + shift_ref, end + shift_ref))
+    total, every, steps = _job_steps(spans_of[reference], clock.shifts_ns.get(reference, 0))
     windows = [(st.start_ns, st.end_ns) for st in steps]
     rows = []
     for m, s in procs:
@@ -403,16 +354,96 @@ def analyse(processes: Iterable[tuple[Member, ProcessSpans]]) -> StepAnalysis | 
             rows.append(_own_row(m, s, [st.key for st in steps]))
         else:
             shift = clock.shifts_ns.get(m, 0)
-            rows.append(_row(m, s, [(a - shift, b - shift) for a, b in windows], False))
+            own = [(a - shift, b - shift) for a, b in windows]
+            rows.append(_row(m, s, own, False))
+            bound = clock.bound_ns.get(m, 0)
+            if bound:  # (time that near an edge may lie on its other side)
+                doubt = edge_doubt(s, own, bound)
+                rows[-1].uncertain_ns = array("q", map(add, rows[-1].uncertain_ns, doubt))
     model = StepAnalysis(reference, loop_role, steps, rows, clock, total, every)
+    model.joined = _joined_busy(model, procs, windows)
     for i, st in enumerate(steps):
         st.path = _path(model, spans_of, i)
-    for st, what_if in zip(steps, _what_ifs(model)):
+    for st, what_if in zip(steps, _what_ifs(model, spans_of)):
         st.what_if = what_if
     for st, tail in zip(steps, _tails(model)):
         st.tail = tail
-    model.notes = _notes(model)
+    model.notes = clock.notes + _notes(model)
     return model
+
+
+def _joined_busy(
+    model: StepAnalysis, procs: list[tuple[Member, ProcessSpans]], windows: list[Span]
+) -> dict[Member, tuple[array[int], int]]:
+    """Per member (role and rank) of several processes not on steps of their own, what their
+    busy time covers together in ``windows`` (aligned) and outside them."""
+    own = {p.member for p in model.processes if p.own}
+    groups: dict[Member, list[tuple[Member, ProcessSpans]]] = {}
+    for m, s in procs:
+        if m not in own:
+            groups.setdefault(Member(m.role, m.rank), []).append((m, s))
+    out = {}
+    for key, lanes in groups.items():
+        if len(lanes) > 1:
+            union = SpanSet()
+            for m, s in lanes:
+                union.merge(s.busy.moved(model.clock.shifts_ns.get(m, 0)))
+            clipped = union.clip(windows)
+            out[key] = (clipped.cover, clipped.outside)
+    return out
+
+
+def _job_steps(ref: ProcessSpans, shift: int) -> tuple[int, int, list[StepInfo]]:
+    """The reference's steps in all, every how many one is analysed, and those analysed (on
+    the aligned axis: its own moved by ``shift``)."""
+    total = len(ref.step_starts)
+    every = max(1, math.ceil(total / MAX_STEPS))
+    steps = []
+    for i in range(0, total, every):
+        start, end = ref.step_window(i)
+        steps.append(StepInfo(ref.step_key(i), start + shift, end + shift))
+    return total, every, steps
+
+
+def fences_needed(
+    processes: Iterable[tuple[Member, ProcessSpans]],
+) -> list[tuple[ProcessSpans, list[int]]]:
+    """The processes (their spans, as given to :func:`analyse`) that bounding memory joined
+    across one of the job's step edges, each with those edges on its own clock: read again
+    with them as fences (``StepOptions.fences``, see :mod:`mstx_marks.analysis.spans`), their
+    figures are exact. The second pass ``summary`` makes; nothing when every process is exact
+    (the common case: no more ranges than are kept), and not a process attributed to its own
+    steps (they fence it already) nor the lives of one that restarted (joined by the clocks).
+
+    >>> from mstx_marks.analysis.steps import Step
+    >>> trainer, engine = ProcessSpans(), ProcessSpans()
+    >>> trainer.set_steps([Step(0, 1000, "1", 1000), Step(1000, 2000, "2", 1000)])
+    >>> for i in range(200):
+    ...     engine.add(10 * i, 10 * i + 4, "decode_batch")
+    >>> _ = engine.finish(limit=128)  # every gap alike: joined over the edge at 1000
+    >>> [(s is engine, f) for s, f in fences_needed([(Member("t", 0), trainer.finish()),
+    ...                                                 (Member("e", 0), engine)])]
+    [(True, [0, 1000, 2000])]
+    """
+    given = list(processes)
+    if all(s.exact for _, s in given):
+        return []
+    placed = align(given, _reference)
+    if placed.found is None:
+        return []
+    loop_role, reference = placed.found
+    lanes, shifts = dict(placed.lanes), placed.clock.shifts_ns
+    steps = _job_steps(lanes[reference], shifts.get(reference, 0))[2]
+    edges = sorted({t for st in steps for t in (st.start_ns, st.end_ns)})
+    mine = {id(s) for _, s in given}
+    out = []
+    for m, s in placed.lanes:
+        if (m.role == loop_role and len(s.step_starts)) or id(s) not in mine:
+            continue
+        own = [t - shifts.get(m, 0) for t in edges]
+        if s.joined_across(own):
+            out.append((s, own))
+    return out
 
 
 def _row(member: Member, spans: ProcessSpans, windows: list[Span], own: bool) -> ProcessSteps:
@@ -429,13 +460,25 @@ def _row(member: Member, spans: ProcessSpans, windows: list[Span], own: bool) ->
             if doubt > busy.uncertain[i]:
                 busy.uncertain[i] = doubt
     length = array("q", (b - a for a, b in windows))
-    counted = None
+    counted = rollout = None
     if len(spans.batches) or MODEL_STEPS.intersection(spans.phases):
         counted = spans.batches.clip(windows)
+        rollout = _model_steps(spans).clip(windows).cover
     return ProcessSteps(
         member, spans.host, own, length, busy.cover, phases, busy.uncertain, split,
-        busy.outside, spans.busy.slack, counted,
+        busy.outside, spans.busy.slack, counted, rollout,
     )  # fmt: skip
+
+
+def _model_steps(spans: ProcessSpans) -> SpanSet:
+    """What the process's model-step ranges cover, every such phase together."""
+    sets = [s for name, s in sorted(spans.phases.items()) if name in MODEL_STEPS]
+    if len(sets) == 1:
+        return sets[0]
+    union = SpanSet()
+    for s in sets:
+        union.merge(s)
+    return union
 
 
 def _own_row(member: Member, spans: ProcessSpans, keys: list[str]) -> ProcessSteps:
@@ -462,6 +505,8 @@ def _own_row(member: Member, spans: ProcessSpans, keys: list[str]) -> ProcessSte
     row.busy_ns = spread(row.busy_ns, 0)
     row.uncertain_ns = spread(row.uncertain_ns, 0)
     row.phases = {name: spread(v, 0) for name, v in row.phases.items()}
+    if row.rollout_ns is not None:
+        row.rollout_ns = spread(row.rollout_ns, 0)
     if row.batches is not None:
         b = row.batches
         row.batches = BatchCounts(
@@ -476,35 +521,27 @@ PATH_PHASES = 256
 
 
 def _children(spans: ProcessSpans, a: int, b: int) -> list[PathLink]:
-    """The reference's phases inside ``[a, b)`` (its own clock), nested ones left out."""
-    found = []
+    """The reference's phases inside ``[a, b)`` (its own clock), each occurrence (a span of a
+    phase's union) a link of its own, those nested in another phase's left out."""
+    found: list[tuple[int, str, int, int]] = []  # (time, phase, start, end)
     for name, s in spans.phases.items():
-        extent = s.extent(a, b)
-        if extent is not None:
-            time = s.cover_in(a, b)
+        s.settle()
+        starts, ends, covers = s.starts, s.ends, s.covers
+        for k in range(bisect_right(ends, a), bisect_left(starts, b)):
+            lo, hi = max(starts[k], a), min(ends[k], b)
+            solid = covers[k] == ends[k] - starts[k]
+            time = hi - lo if solid else s.cover_in(lo, hi)
             if time > 0:
-                found.append((name, s, extent, time))
-    # the longest first: a phase is left out when one kept before holds all its time. Only
-    # the longest PATH_PHASES can set the step's length; the rest would make this quadratic
-    # (a loop of 50,000 phase names took minutes).
-    found.sort(key=lambda f: (-f[3], f[0]))
-    kept: list[tuple[str, SpanSet, tuple[int, int], int]] = []
+                found.append((time, name, lo, hi))
+    # the longest first: one is left out when one kept before holds it. Only the longest
+    # PATH_PHASES can set the step's length; the rest would make this quadratic (a loop of
+    # 50,000 phase names took minutes).
+    found.sort(key=lambda f: (-f[0], f[1], f[2]))
+    kept: list[tuple[int, str, int, int]] = []
     for f in found[:PATH_PHASES]:
-        if not any(_inside(f[1], k[1], a, b) for k in kept):
+        if not any(k[2] <= f[2] and f[3] <= k[3] for k in kept):
             kept.append(f)
-    return [PathLink(name, lo, hi, time) for name, _, (lo, hi), time in kept]
-
-
-def _inside(inner: SpanSet, outer: SpanSet, a: int, b: int) -> bool:
-    """Whether every span of ``inner`` inside ``[a, b)`` lies within a span of ``outer``."""
-    i = bisect_right(inner.ends, a)
-    j = bisect_left(inner.starts, b)
-    for k in range(i, j):
-        s, e = max(inner.starts[k], a), min(inner.ends[k], b)
-        m = bisect_right(outer.starts, s) - 1
-        if m < 0 or outer.ends[m] < e:
-            return False
-    return True
+    return [PathLink(name, lo, hi, time) for time, name, lo, hi in kept]
 
 
 def _path(model: StepAnalysis, spans_of: dict[Member, ProcessSpans], i: int) -> list[PathLink]:
@@ -527,54 +564,111 @@ def _path(model: StepAnalysis, spans_of: dict[Member, ProcessSpans], i: int) -> 
         todo = [x for x in todo if x is not last]
         t = last.start_ns
     chain.reverse()
+    joined: list[PathLink] = []
+    for link in chain:  # (occurrences of one phase next to each other: one link)
+        if joined and joined[-1].phase == link.phase:
+            joined[-1].end_ns = max(joined[-1].end_ns, link.end_ns)
+            joined[-1].time_ns += link.time_ns
+        else:
+            joined.append(link)
     others = [(m, s) for m, s in spans_of.items() if m.role != ref.role and len(s.busy.starts)]
-    for link in chain:
-        lo, hi = link.start_ns + shift, link.end_ns + shift  # aligned
-        best: tuple[int, Member, ProcessSpans] | None = None
-        for m, s in others:
-            d = shifts.get(m, 0)
-            extent = s.busy.extent(lo - d, hi - d)
-            if extent is not None and (best is None or extent[1] + d > best[0]):
-                best = (extent[1] + d, m, s)
-        if best is not None:
-            end, m, s = best
-            d = shifts.get(m, 0)
-            ends = {
-                name: ext[1]
-                for name, ss in s.phases.items()
-                if (ext := ss.extent(lo - d, hi - d)) is not None
-            }
-            link.waited, link.waited_end_ns = m, end
-            link.waited_phase = max(sorted(ends), key=ends.__getitem__, default="")
-        link.start_ns, link.end_ns = lo, hi
-    return chain
+    for link in joined:
+        link.start_ns, link.end_ns = link.start_ns + shift, link.end_ns + shift  # aligned
+        _waited(link, others, shifts)
+    return joined
 
 
-def _what_ifs(model: StepAnalysis) -> list[WhatIf | None]:
-    """Per step, what it had taken had the slowest rank of the role's phase with the most to
-    gain matched the median (see the module's docstring)."""
-    best: list[WhatIf | None] = [None] * len(model.steps)
-    groups: dict[tuple[str, str], list[ProcessSteps]] = {}
-    for p in model.processes:
-        for name in p.phases:
-            groups.setdefault((p.member.role, name), []).append(p)
-    for (role, name), rows in sorted(groups.items()):
-        if len(rows) < 2:
+def _waited(
+    link: PathLink, others: list[tuple[Member, ProcessSpans]], shifts: dict[Member, int]
+) -> None:
+    """Set who ``link`` waited for (see the module's docstring) among ``others``."""
+    lo, hi = link.start_ns, link.end_ns
+    # Ranked by the end inside the link, then by where that work really ended: two processes
+    # both busy to the link's end (a clock offset's bound may shift one past it) are told
+    # apart by their own ends, whose order on one machine is exact.
+    best: tuple[int, int, Member, ProcessSpans] | None = None
+    same: tuple[int, int, Member] | None = None  # (of those running the link's phase)
+    for m, s in others:
+        d = shifts.get(m, 0)
+        extent = s.busy.extent(lo - d, hi - d)
+        if extent is None:
             continue
-        ranks = [p.member.rank for p in rows]
-        for i, column in enumerate(zip(*(p.phases[name] for p in rows))):
-            values = [v for v in column if v > 0]  # (0: the rank did not run it in this step)
-            if len(values) < 2:
+        rank = (extent[1] + d, (s.busy.end_of_last(lo - d, hi - d) or 0) + d)
+        if best is None or rank > best[:2]:
+            best = (*rank, m, s)
+        mine = s.phases.get(link.phase)
+        found = None if mine is None else mine.extent(lo - d, hi - d)
+        if found is not None and mine is not None:
+            rank = (found[1] + d, (mine.end_of_last(lo - d, hi - d) or 0) + d)
+            if same is None or rank > same[:2]:
+                same = (*rank, m)
+    if same is not None:
+        link.waited_end_ns, _, link.waited = same
+        link.waited_phase = link.phase
+    elif best is not None:
+        end, _, m, s = best
+        d = shifts.get(m, 0)
+        ends = {
+            name: ext[1]
+            for name, ss in s.phases.items()
+            if (ext := ss.extent(lo - d, hi - d)) is not None
+        }
+        link.waited, link.waited_end_ns = m, end
+        link.waited_phase = max(sorted(ends), key=ends.__getitem__, default="")
+
+
+def _what_ifs(model: StepAnalysis, spans_of: dict[Member, ProcessSpans]) -> list[WhatIf | None]:
+    """Per step, what it had taken had the slowest rank of the role a link of its path waited
+    on matched the median, for the link with the most to gain (see the module's docstring)."""
+    by_role: dict[str, list[tuple[Member, ProcessSpans]]] = {}
+    for m, s in spans_of.items():
+        by_role.setdefault(m.role, []).append((m, s))
+    out: list[WhatIf | None] = []
+    for step in model.steps:
+        best: WhatIf | None = None
+        for link in step.path:
+            if link.waited is None:
                 continue
-            slowest = max(values)
-            saving = int(slowest - statistics.median(values))
-            if saving > 0 and (best[i] is None or saving > best[i].saving_ns):  # type: ignore[union-attr]
-                length = model.steps[i].length_ns
-                best[i] = WhatIf(
-                    role, name, ranks[column.index(slowest)], slowest,
-                    statistics.median(values), saving, max(0, length - saving),
-                )  # fmt: skip
-    return best
+            ranks = by_role[link.waited.role]
+            found = _saving(link, step, link.waited, ranks, model.clock.shifts_ns)
+            if found is not None and (best is None or found.saving_ns > best.saving_ns):
+                best = found
+        if best is not None:
+            best.step_ns = max(0, step.length_ns - best.saving_ns)
+        out.append(best)
+    return out
+
+
+def _saving(
+    link: PathLink,
+    step: StepInfo,
+    waited: Member,
+    ranks: list[tuple[Member, ProcessSpans]],
+    shifts: dict[Member, int],
+) -> WhatIf | None:
+    """What ``link`` saves had ``waited`` matched the median of the ``ranks`` of its role that
+    ran the phase it waited for in ``step`` (their time inside the link, and when it ended
+    there)."""
+    phase = link.waited_phase
+    lo, hi = link.start_ns, link.end_ns
+    times: dict[Member, int] = {}
+    ends: dict[Member, int] = {}
+    for m, s in ranks:
+        ss = s.phases.get(phase)
+        d = shifts.get(m, 0)
+        if ss is None or not ss.cover_in(step.start_ns - d, step.end_ns - d):
+            continue  # (not a rank of this step's: dead, not yet started, or idle through it)
+        times[m] = ss.cover_in(lo - d, hi - d)
+        extent = ss.extent(lo - d, hi - d)
+        ends[m] = lo if extent is None else extent[1] + d
+    if len(times) < 2 or waited not in times:
+        return None
+    median = statistics.median(times.values())
+    later = max((e for m, e in ends.items() if m != waited), default=lo)
+    saving = int(min(times[waited] - median, ends[waited] - max(later, lo)))
+    if saving <= 0:
+        return None
+    return WhatIf(waited.role, phase, waited.rank, times[waited], median, saving, 0)
 
 
 def _tails(model: StepAnalysis) -> list[RolloutTail | None]:
@@ -587,7 +681,7 @@ def _tails(model: StepAnalysis) -> list[RolloutTail | None]:
         for p in engines:
             b = p.batches
             assert b is not None
-            rollout = sum(t[i] for name, t in p.phases.items() if name in MODEL_STEPS)
+            rollout = 0 if p.rollout_ns is None else p.rollout_ns[i]
             if rollout <= 0 and b.model_steps[i] <= 0:
                 continue
             steps = b.model_steps[i]
@@ -619,8 +713,8 @@ def _notes(model: StepAnalysis) -> list[str]:
     own = [p for p in model.processes if p.own and p.member != model.reference]
     if own:
         notes.append(
-            f"{len(own)} process(es) of {model.loop_role or 'the loop role'} with steps of their"
-            " own: attributed to their own steps, matched by key"
+            f"{counted(len(own), 'process', 'processes')} of {model.loop_role or 'the loop role'}"
+            " with steps of their own: attributed to their own steps, matched by key"
         )
     cut = sum(p.batches.cut for p in model.processes if p.batches is not None)
     if cut:

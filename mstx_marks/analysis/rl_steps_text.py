@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 from typing import IO, Any
 
+from mstx_marks.analysis.clocks import MachineClock
 from mstx_marks.analysis.rl_steps import (
     EngineStep,
     ProcessSteps,
@@ -160,6 +161,8 @@ def format_steps(model: StepAnalysis) -> list[str]:
             busy = _ms(p.busy_ns[i]) + (f" ±{_ms(p.uncertain_ns[i])}" if p.uncertain_ns[i] else "")
             top = ", ".join(f"{_name(n)} {_ms(t)}" for n, t in p.top_phases(i, _TOP))
             extra = []
+            if p.member.process:  # (one of several processes of its role and rank at once)
+                extra.append(p.member.process)
             if length != step.length_ns:  # its own step (an SPMD rank)
                 extra.append(f"own step {_ms(length)} ms")
             if label:
@@ -191,7 +194,22 @@ def format_steps(model: StepAnalysis) -> list[str]:
 
 
 def _member(m: Any) -> dict[str, Any] | None:
-    return None if m is None else {"role": m.role, "rank": m.rank, "key": m.key}
+    if m is None:
+        return None
+    process = {"process": m.process} if m.process else {}  # (one of several at once)
+    return {"role": m.role, "rank": m.rank, **process, "key": m.key}
+
+
+def _machine(m: MachineClock) -> dict[str, Any]:
+    """A machine's clock (``offset_ns``: how far ahead of the reference's, as applied;
+    ``low_ns``/``high_ns`` the bounds measured, None: unbounded; ``bound_ns`` how far the
+    applied offset may be off, None: not bounded)."""
+    return {
+        "name": m.name, "hosts": m.hosts, "boot_id": m.boot_id, "status": m.status,
+        "offset_ns": m.offset_ns, "low_ns": m.low_ns, "high_ns": m.high_ns,
+        "bound_ns": m.bound_ns, "pairs": m.pairs, "conflicts": m.conflicts,
+        "processes": [x.key for x in m.members],
+    }  # fmt: skip
 
 
 def _tail_json(t: RolloutTail | None) -> dict[str, Any] | None:
@@ -233,6 +251,7 @@ def steps_json(model: StepAnalysis) -> dict[str, Any]:
             "hosts": model.clock.hosts,
             "unknown_host": [m.key for m in model.clock.unknown],
             "shifts_ns": {m.key: v for m, v in sorted(model.clock.shifts_ns.items())},
+            "machines": [_machine(m) for m in model.clock.machines],
             "accuracy": model.clock.text(),
         },
         "steps": [

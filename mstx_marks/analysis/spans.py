@@ -4,11 +4,14 @@ analysis (:mod:`mstx_marks.analysis.rl_steps`), built where a file is read and m
 A :class:`SpanSet` is the union of some ranges as sorted, disjoint spans ``(start, end,
 cover)``: ``cover`` is the time the ranges cover inside the span. While a span is *solid*
 (``cover == end - start``) it is exact; the set stays exact up to :data:`BUILD_LIMIT` spans, and
-past that neighbours separated by the shortest gaps are joined (:meth:`SpanSet.compact`): the
-joined span keeps its exact cover but no longer says where inside it the gaps were. A step
-boundary that later falls inside such a span splits its cover in proportion, which
-:meth:`SpanSet.clip` bounds and reports (``uncertain``). A boundary that falls in a gap, as the
-gaps between an RL job's steps, is exact whatever was joined.
+past that neighbours separated by the shortest gaps are joined (:meth:`SpanSet.compact`, exactly
+as many as needed: periodic ranges, every gap alike, are not all joined at once): the joined
+span keeps its exact cover but no longer says where inside it the gaps were. A step boundary
+that later falls inside such a span splits its cover in proportion, which :meth:`SpanSet.clip`
+bounds and reports (``uncertain``). A boundary that falls in a gap, as the gaps between an RL
+job's steps, is exact whatever was joined; and a set given *fences* (times it must stay exact
+at) never joins across one. Ranges that only touch (one ends where the next starts) stay two
+spans: a boundary between them cuts neither.
 
 A :class:`ProcessSpans` holds one process's sets: one per phase (the user's stages: not the
 step ranges, which are the frame, nor the frameworks' automatic annotations), the union of all
@@ -17,7 +20,9 @@ clock anchor when its file says them. Everything merges (:meth:`ProcessSpans.mer
 of one file read on one machine, and another's read elsewhere, make the same whole as one read
 of both. :meth:`ProcessSpans.finish` joins spans down to about :data:`SHIP_LIMIT` per process
 (what is sent back from a worker), never across one of the process's own step boundaries
-while it has at most :data:`FENCE_LIMIT` steps: its own steps then stay exact.
+while it has at most :data:`FENCE_LIMIT` steps (its own steps then stay exact), nor across one
+of its ``fences``: the job's step edges on its clock, given when a process that needed them is
+read a second time (:func:`mstx_marks.analysis.rl_steps.fences_needed`).
 
 >>> s = SpanSet()
 >>> for a, b in [(0, 10), (5, 20), (30, 40)]:
@@ -40,9 +45,15 @@ from itertools import accumulate
 from operator import gt, itemgetter, sub
 from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
-from mstx_marks.analysis.batches import MODEL_STEPS, Batches
+from mstx_marks.analysis.batches import (
+    MODEL_STEPS,
+    Batches,
+    all_fences,
+    fenced_gaps,
+    gaps_to_join,
+)
 from mstx_marks.analysis.steps import Step
-from mstx_marks.base.records import Span
+from mstx_marks.base.records import Origin, Span
 
 __all__ = [
     "BUILD_LIMIT",
@@ -80,9 +91,9 @@ class Clipped(NamedTuple):
 class SpanSet:
     """The union of ranges as sorted disjoint spans (see the module's docstring)."""
 
-    __slots__ = ("_sums", "covers", "ends", "join_gap", "pending", "slack", "starts")
+    __slots__ = ("_sums", "covers", "ends", "fences", "join_gap", "pending", "slack", "starts")
 
-    def __init__(self) -> None:
+    def __init__(self, fences: Sequence[int] = ()) -> None:
         self.starts: array[int] = array("q")
         self.ends: array[int] = array("q")
         self.covers: array[int] = array("q")
@@ -93,8 +104,11 @@ class SpanSet:
         self.slack = 0
         self._sums: list[int] | None = None  # the covers' running sums, once asked for
         #: A range this close after the last span is joined to it as it comes (set once the
-        #: set was compacted while ranges were added: it would be joined at the next anyway).
-        self.join_gap = 0
+        #: set was compacted while ranges were added: it would be joined at the next anyway;
+        #: before, none is, not even one that touches it).
+        self.join_gap = -1
+        #: Times (sorted) no span is ever joined across (see :meth:`compact`).
+        self.fences: Sequence[int] = fences
 
     def add(self, start: int, end: int) -> None:
         """Cover ``[start, end)`` too (an empty or reversed range covers nothing)."""
@@ -102,9 +116,9 @@ class SpanSet:
             return
         ends = self.ends
         self._sums = None
-        if not ends or start > ends[-1]:  # after every span: the common case
-            if ends and start - ends[-1] <= self.join_gap:  # joined on, as compact() would
-                self.covers[-1] += end - start
+        if not ends or start >= ends[-1]:  # after every span: the common case
+            if ends and start - ends[-1] <= self.join_gap and not self._fenced(end):
+                self.covers[-1] += end - start  # joined on, as compact() would
                 ends[-1] = end
                 return
             self.starts.append(start)
@@ -123,6 +137,12 @@ class SpanSet:
         if len(self.pending) >= _BATCH:
             self._fold()
 
+    def _fenced(self, end: int) -> bool:
+        """Whether a fence lies inside the last span joined to a range ending at ``end``."""
+        fences = self.fences
+        i = bisect_right(fences, self.starts[-1])
+        return i < len(fences) and fences[i] < end
+
     def _fold(self) -> None:
         """Fold the ranges that came out of order into the spans."""
         if not self.pending:
@@ -130,7 +150,7 @@ class SpanSet:
         pending, self.pending = sorted(self.pending), []
         solid: list[tuple[int, int, int]] = []
         for s, e in pending:  # their exact union first
-            if solid and s <= solid[-1][1]:
+            if solid and s < solid[-1][1]:
                 if e > solid[-1][1]:
                     solid[-1] = (solid[-1][0], e, e - solid[-1][0])
             else:
@@ -163,6 +183,19 @@ class SpanSet:
         made = cls()
         made.starts, made.ends = starts, ends
         made.covers = array("q", map(sub, ends, starts))
+        return made
+
+    def moved(self, shift: int) -> SpanSet:
+        """A copy of the set, every span ``shift`` later (another clock's axis).
+
+        >>> s = SpanSet(); s.add(0, 4); s.moved(10).spans()
+        [(10, 14, 4)]
+        """
+        self._fold()
+        made = SpanSet()
+        moved = [a + shift for a in self.starts], [b + shift for b in self.ends]
+        made._set(*moved, list(self.covers))
+        made.slack = self.slack
         return made
 
     def spans(self) -> list[tuple[int, int, int]]:
@@ -212,26 +245,29 @@ class SpanSet:
         return self
 
     def compact(self, limit: int, fences: Sequence[int] = ()) -> int:
-        """Join neighbouring spans, those with the shortest gaps between them first, until at
-        most ``limit`` are left, never across a time in ``fences`` (sorted): a gap holding
-        one stays (so fewer than ``limit`` may be out of reach). Returns the widest gap
-        joined (0: none)."""
+        """Join neighbouring spans, those with the shortest gaps between them first (of equal
+        gaps, the earliest), until at most ``limit`` are left: exactly as many joins as that
+        takes, never across a time in ``fences`` or the set's own (sorted): a gap holding one
+        stays (so fewer than ``limit`` may be out of reach). Returns the widest gap joined
+        (0: none).
+
+        >>> s = SpanSet()
+        >>> for i in range(6):
+        ...     s.add(10 * i, 10 * i + 4)  # every gap alike: only as many joined as needed
+        >>> s.compact(4, fences=[25]), [(a, b) for a, b, _ in s.spans()]
+        (6, [(0, 24), (30, 34), (40, 44), (50, 54)])
+        """
         self._fold()
         n = len(self.starts)
         if n <= max(limit, 1):
             return 0
         starts, ends = self.starts, self.ends
-        gaps = list(map(sub, starts[1:], ends[:-1]))  # gaps[i]: after span i (all > 0)
-        for f in fences:
-            i = bisect_right(ends, f) - 1  # the last span ending at or before f
-            if 0 <= i < n - 1 and starts[i + 1] >= f:
-                gaps[i] = -1  # holds a fence: never joined
-        open_gaps: list[int] = sorted(filter((0).__le__, gaps))
-        need = min(n - max(limit, 1), len(open_gaps))
-        if need <= 0:
+        gaps = fenced_gaps(starts, ends, all_fences(fences, self.fences))  # [i]: after span i
+        chosen = gaps_to_join(gaps, n - max(limit, 1))
+        if not any(chosen):
             return 0
-        widest = open_gaps[need - 1]  # join every open gap this short or shorter
-        cuts = [i for i, g in enumerate(gaps) if g > widest or g < 0]
+        cuts = [i for i in range(n - 1) if not chosen[i]]
+        widest = max(g for g, joined in zip(gaps, chosen) if joined)
         first, last = [0, *(i + 1 for i in cuts)], [*cuts, n - 1]
         prefix = self._prefix()
         self._set(
@@ -316,6 +352,19 @@ class SpanSet:
             return None
         return max(self.starts[i], start), min(self.ends[j], end)
 
+    def end_of_last(self, start: int, end: int) -> int | None:
+        """Where the last span covering time in ``[start, end)`` ends, past ``end`` if it runs
+        on (what :meth:`extent` cuts at ``end``), or None when nothing there is covered.
+
+        >>> s = SpanSet(); s.add(5, 9); s.add(12, 30)
+        >>> s.end_of_last(0, 20), s.end_of_last(9, 12)
+        (30, None)
+        """
+        self._fold()
+        i = bisect_right(self.ends, start)
+        j = bisect_left(self.starts, end) - 1
+        return None if i > j else self.ends[j]
+
 
 def _union(
     lists: Sequence[list[tuple[int, int, int]]], owner: SpanSet
@@ -328,7 +377,7 @@ def _union(
     out_c: list[int] = []
     merged = heapq.merge(*lists) if len(lists) > 1 else iter(lists[0] if lists else [])
     for s, e, c in merged:
-        if not out_e or s > out_e[-1]:
+        if not out_e or s >= out_e[-1]:  # (one that only touches the last stays apart)
             out_s.append(s)
             out_e.append(e)
             out_c.append(c)
@@ -367,12 +416,42 @@ class ProcessSpans:
     step_starts: array[int] = field(default_factory=lambda: array("q"))
     step_ends: array[int] = field(default_factory=lambda: array("q"))
     step_keys: list[str] | None = None
-    #: The host the process ran on and the wall clock less the monotonic one its times were
-    #: placed by, when its file says them (a spill's header); else ``""`` and None.
+    #: Where the process ran and on which clock, when its file says it (see
+    #: :class:`~mstx_marks.base.records.Origin`); else ``""``, None and 0.
     host: str = ""
     anchor_ns: int | None = None
+    boot_id: str = ""
+    clock_step_ns: int = 0
+    #: Which process it is: its (lowest) pid and its instance (see :meth:`identify`).
+    pid: int = 0
+    instance: str = ""
     #: Its model-step ranges counted (a rollout engine's: :mod:`mstx_marks.analysis.batches`).
     batches: Batches = field(default_factory=Batches)
+    #: Times on its clock no span or run is ever joined across (sorted): the job's step edges,
+    #: when it is read a second time (see the module's docstring).
+    fences: Sequence[int] = ()
+
+    def __post_init__(self) -> None:
+        if self.fences:
+            self.busy.fences = self.batches.fences = self.fences
+            for spans in self.phases.values():
+                spans.fences = self.fences
+
+    @property
+    def origin(self) -> Origin:
+        """Where the process ran and on which clock."""
+        return Origin(self.host, self.boot_id, self.anchor_ns, self.clock_step_ns)
+
+    def identify(self, origin: Origin, pids: Iterable[int], instance: str) -> ProcessSpans:
+        """Say which process these are (``pids``: its records'; ``instance`` as its file says)
+        and where it recorded; returns itself.
+
+        >>> ProcessSpans().identify(Origin("h1", "b1", 5), {9, 7}, "x1").pid
+        7
+        """
+        self.host, self.boot_id, self.anchor_ns, self.clock_step_ns = origin
+        self.pid, self.instance = min(pids, default=0), instance
+        return self
 
     def add(self, start: int, end: int, phase: str, args: Mapping[str, Any] | None = None) -> None:
         """Count one range of ``phase`` (a stage: not a step, not an automatic annotation), and
@@ -381,7 +460,7 @@ class ProcessSpans:
             self.batches.add(start, end, phase, args)
         spans = self.phases.get(phase)
         if spans is None:
-            spans = self.phases[phase] = SpanSet()
+            spans = self.phases[phase] = SpanSet(self.fences)
         spans.add(start, end)
 
     def set_steps(self, steps: Iterable[Step]) -> None:
@@ -439,7 +518,9 @@ class ProcessSpans:
         itself."""
         for name, spans in other.phases.items():
             mine = self.phases.get(name)
-            self.phases[name] = spans if mine is None else mine.merge(spans)
+            if mine is None:  # (a copy: merging more into it must not change ``other``)
+                mine = self.phases[name] = SpanSet(self.fences)
+            mine.merge(spans)
         self.busy.merge(other.busy)
         self.batches.merge(other.batches)
         if len(other.step_starts):
@@ -450,33 +531,64 @@ class ProcessSpans:
                 Step(s, e, steps[(s, e)] if keyed else str(i), e - s)
                 for i, (s, e) in enumerate(ordered, start=1)
             )
-        self.host = self.host or other.host
-        if self.anchor_ns is None:
-            self.anchor_ns = other.anchor_ns
+        if not self.origin.known:
+            self.host, self.boot_id, self.anchor_ns, self.clock_step_ns = other.origin
+        self.pid, self.instance = self.pid or other.pid, self.instance or other.instance
+        if not self.fences and other.fences:
+            self.fences = other.fences
+            self.__post_init__()
         return self
 
     def finish(self, limit: int = SHIP_LIMIT) -> ProcessSpans:
         """Fold, make ``busy`` (the union of the phases) and join spans down to about
         ``limit`` in all (see the module's docstring); returns itself."""
-        fences: list[int] = []
+        fences: Sequence[int] = self.fences
         if len(self.step_starts) <= FENCE_LIMIT:
-            fences = sorted({*self.step_starts, *self.step_ends})
+            fences = sorted({*self.step_starts, *self.step_ends, *self.fences})
         phases = [s.settle() for s in self.phases.values()]
         if phases and not len(self.busy.settle()):  # (spans_of_ranges made it already)
             # Their union, once each is within its share: exact while they are whole, an
             # estimate (with its slack) when they were joined to fit.
             _compact_all(phases, limit, fences)
-            busy = self.busy = SpanSet()
+            busy = self.busy = SpanSet(self.fences)
             busy._set(*_union([s.spans() for s in phases], busy))
             busy.slack += sum(s.slack for s in phases)
         _compact_all([self.busy, *phases], limit, fences)
-        self.batches.finish()
+        self.batches.finish(fences)
         return self
+
+    @property
+    def exact(self) -> bool:
+        """Whether nothing was joined: every set's spans solid, every run of model steps one."""
+        sets = [self.busy, *self.phases.values()]
+        return all(s.exact for s in sets) and not self.batches.joined
+
+    def joined_across(self, times: Sequence[int]) -> bool:
+        """Whether a span or run of model steps joined to bound memory holds one of ``times``
+        (sorted) inside it: what is attributed to either side of it is then estimated.
+
+        >>> p = ProcessSpans(); p.add(0, 4, "a"); p.add(10, 14, "a")
+        >>> _ = p.finish(); p.phases["a"].compact(1)
+        6
+        >>> p.joined_across([7]), p.joined_across([20])
+        (True, False)
+        """
+        for s in (self.busy, *self.phases.values()):
+            for a, b, c in s.spans():
+                if c != b - a and _holds(times, a, b):
+                    return True
+        return self.batches.joined_across(times)
 
     @property
     def span_count(self) -> int:
         """The spans held, all sets together."""
         return len(self.busy) + sum(len(s) for s in self.phases.values())
+
+
+def _holds(times: Sequence[int], a: int, b: int) -> bool:
+    """Whether one of ``times`` (sorted) lies strictly inside ``(a, b)``."""
+    i = bisect_right(times, a)
+    return i < len(times) and times[i] < b
 
 
 def _compact_all(sets: list[SpanSet], limit: int, fences: Sequence[int]) -> None:
@@ -493,17 +605,19 @@ def spans_of_ranges(
     host: str = "",
     anchor_ns: int | None = None,
     batches: Batches | None = None,
+    fences: Sequence[int] = (),
 ) -> ProcessSpans:
     """The finished :class:`ProcessSpans` of a process's phase ranges given as the breakdown
     takes them, ``(thread, start, -end, phase)`` (see
     :func:`~mstx_marks.analysis.aggregate.breakdown`), and its own ``steps``; its model steps
-    are ``batches`` when the reader counted them with their args, else counted here (without).
+    are ``batches`` when the reader counted them with their args, else counted here (without);
+    its spans are never joined across ``fences`` (see :attr:`ProcessSpans.fences`).
 
     >>> p = spans_of_ranges([(1, 0, -10, "gen"), (1, 2, -5, "x")], [])
     >>> p.busy.spans(), p.phases["x"].spans()
     ([(0, 10, 10)], [(2, 5, 3)])
     """
-    found = ProcessSpans(host=host, anchor_ns=anchor_ns)
+    found = ProcessSpans(host=host, anchor_ns=anchor_ns, fences=fences)
     # The union's starts and ends, the last span still growing (arrays: 8 bytes a time), of
     # all the ranges (busy) and per phase; one pass in start order (the hot loop: kept flat).
     busy_s, busy_e = array("q"), array("q")
@@ -516,7 +630,7 @@ def spans_of_ranges(
             count(s, e, phase, None)
         if e <= s:
             continue
-        if s > last:
+        if s >= last:  # (one that only touches the last span stays apart)
             busy_s.append(s)
             busy_e.append(e)
             last = e
@@ -527,7 +641,7 @@ def spans_of_ranges(
             flats[phase] = (array("q", (s,)), array("q", (e,)))
             continue
         ends = flat[1]
-        if s > ends[-1]:
+        if s >= ends[-1]:
             flat[0].append(s)
             ends.append(e)
         elif e > ends[-1]:
@@ -536,5 +650,6 @@ def spans_of_ranges(
     found.busy = SpanSet.solid(busy_s, busy_e)
     if batches is not None:
         found.batches = batches
+    found.__post_init__()  # (the sets made here: the fences on each)
     found.set_steps(steps)
     return found.finish()

@@ -215,20 +215,20 @@ def nested_repeats(ranges: Sequence[tuple[Any, int, int, str]]) -> list[int]:
     stage = _Stages()
     order = sorted(range(len(ranges)), key=lambda i: (*ranges[i][:3], i))
     repeats: list[int] = []
-    stack: list[tuple[int, str]] = []  # (end, phase) of the ranges open at this start, outer first
+    # (end, phase) of the ranges that may hold a later one, outer first, each inside the one
+    # below it: one that ends before this one cannot hold it, nor a later range (this one holds
+    # that, and starts later), so only the top is ever popped (as in breakdown)
+    stack: list[tuple[int, str]] = []
     nothing = thread = object()
     for i in order:
-        key, s, neg_end, phase = ranges[i]
+        key, _, neg_end, phase = ranges[i]
         e = -neg_end
         if thread is nothing or key != thread:
             stack, thread = [], key
-        while stack and stack[-1][0] <= s and stack[-1][0] < e:
-            stack.pop()  # ended before this one starts
-        for end, outer in reversed(stack):
-            if end >= e:  # the innermost range that contains this one
-                if outer == phase and stage(phase):
-                    repeats.append(i)
-                break
+        while stack and stack[-1][0] < e:
+            stack.pop()
+        if stack and stack[-1][1] == phase and stage(phase):  # its innermost container's
+            repeats.append(i)
         stack.append((e, phase))
     return sorted(repeats)
 

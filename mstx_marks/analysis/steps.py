@@ -127,6 +127,10 @@ class StepOptions:
     #: Whether each process keeps what the per-step analysis needs (its phases' spans, see
     #: :mod:`mstx_marks.analysis.spans`); ``summary --no-per-step`` turns it off.
     per_step: bool = True
+    #: Times on the process's own clock its spans are never joined across (sorted): the job's
+    #: step edges, when a process is read a second time for them (see
+    #: :func:`mstx_marks.analysis.rl_steps.fences_needed`).
+    fences: tuple[int, ...] = ()
 
     def is_step(self, name: str, fold: Callable[[str], str] = fold_name) -> bool:
         """Whether ranges called ``name`` are steps (by default, :data:`DEFAULT_STEP_NAMES`).

@@ -268,7 +268,7 @@ class StreamAggregator:
         #: The hot-path methods the process ran unmarked (its ``uncovered`` instants).
         self.unmarked: set[str] = set()
         #: What its stage ranges cover, for the per-step analysis (in bounded memory).
-        self.spans = ProcessSpans() if self.options.per_step else None
+        self.spans = ProcessSpans(fences=self.options.fences) if self.options.per_step else None
 
     def may_be_step(self, name: str) -> bool:
         """Whether ranges called ``name`` may turn out to be steps (before the names are all
@@ -468,7 +468,7 @@ class StreamAggregator:
             spans=self.spans,
         )
         if self.spans is not None:
-            self.spans.host, self.spans.anchor_ns = trace.host, trace.anchor_ns
+            self.spans.identify(trace.origin, self.pids, trace.instance)
         file_steps = sorted(self.file_steps | set(trace.steps))
         if self.options.name is None and file_steps:
             keys = [self.file_step_keys.get(s) for s in file_steps]

@@ -40,6 +40,7 @@ rest.
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, NamedTuple, Protocol, Sequence, TypeVar
 
@@ -64,7 +65,9 @@ from mstx_marks.analysis.readers import (
 )
 from mstx_marks.analysis.readers.chrome_json import NothingToRead
 from mstx_marks.analysis.readers.pool import Progress, default_jobs, map_files
+from mstx_marks.analysis.rl_steps import fences_needed
 from mstx_marks.analysis.rl_steps_text import write_json
+from mstx_marks.analysis.spans import ProcessSpans
 from mstx_marks.analysis.steps import (
     StepOptions,
     file_notes,
@@ -78,7 +81,7 @@ from mstx_marks.analysis.steps import (
 from mstx_marks.analysis.stream import StreamAggregator, TooLargeToHold
 from mstx_marks.analysis.summary_text import format_csv, format_json, format_table, printable
 from mstx_marks.analysis.top_phases import MAX_PHASES
-from mstx_marks.base.records import Member, RankTrace, TraceFileError
+from mstx_marks.base.records import Member, Origin, RankTrace, TraceFileError
 
 __all__ = [
     "MEMORY_BUDGET",
@@ -121,7 +124,39 @@ def summarize(
     of first start.
     Steps are found as :mod:`mstx_marks.analysis.steps` says (``steps`` names the step phase and
     key)."""
-    return combine(aggregate_trace(t, fold, steps) for t in traces)
+    parts = [aggregate_trace(t, fold, steps) for t in traces]
+    for i, lane, fences in _needing_fences(parts):  # (the second pass: see the function)
+        trace = traces[i] if lane is None else traces[i].lives[lane]
+        fenced = replace(steps or StepOptions(), fences=fences)
+        _refill(parts[i], lane, aggregate_trace(trace, fold, fenced).spans)
+    return combine(parts)
+
+
+def _needing_fences(parts: Sequence[ProcessPart]) -> list[tuple[int, int | None, tuple[int, ...]]]:
+    """The processes to read a second time, their spans never joined across the job's step
+    edges (:func:`~mstx_marks.analysis.rl_steps.fences_needed`: those bounding memory joined
+    across one): which part (its index), which of its lanes (None: its own spans), and the
+    edges on its clock."""
+    where: dict[int, tuple[int, int | None]] = {}
+    given: list[tuple[Member, ProcessSpans]] = []
+    for i, p in enumerate(parts):  # (as combine() gives them to the model)
+        for lane, spans in enumerate(p.lanes) if p.lanes else [(None, p.spans)]:
+            if spans is not None:
+                where[id(spans)] = (i, lane)
+                given.append((p.member, spans))
+    return [(*where[id(s)], tuple(fences)) for s, fences in fences_needed(given)]
+
+
+def _refill(part: ProcessPart, lane: int | None, spans: ProcessSpans | None) -> None:
+    """``part``'s spans (or its ``lane``'s) as read a second time (the same process)."""
+    old = part.spans if lane is None else part.lanes[lane]
+    if spans is None or old is None:
+        return
+    spans.identify(old.origin, [old.pid] if old.pid else [], old.instance)
+    if lane is None:
+        part.spans = spans
+    else:
+        part.lanes[lane] = spans
 
 
 #: What the error for a folder with no trace says (its exit status is 2, as coverage's).
@@ -203,18 +238,30 @@ def _thread_names(loaded: list[tuple[Path, list[Copy[RankTrace]]]]) -> dict[Any,
 def _trace_copy(t: RankTrace) -> Copy[RankTrace]:
     first = min((r.start_ns for r in t.records), default=None)
     pids = frozenset(r.pid for r in t.records)
-    return Copy(t.rank, pids, len(t.records), t.source, first, t.role, t, t.instance, t.run)
+    return Copy(
+        t.rank, pids, len(t.records), t.source, first, t.role, t, t.instance, t.run, t.origin
+    )
+
+
+def _part_copy(p: ProcessPart) -> Copy[ProcessPart]:
+    origin = Origin() if p.spans is None else p.spans.origin
+    return Copy(
+        p.rank, p.pids, p.n_records, p.source, p.first_ns, p.role, p, p.instance, p.run, origin
+    )
 
 
 def _joined(member: Member, group: Sequence[RankTrace]) -> RankTrace:
     """The processes that share a role and a rank (a restarted worker, two processes of one
-    script), summed as that member. Processes of different roles are never joined."""
+    script), summed as that member; each is kept as one of its ``lives`` too, with its own
+    origin (the per-step analysis places each by its own clock, and keeps apart those that ran
+    at once). Processes of different roles are never joined."""
     if len(group) == 1:
         return group[0]
     records = sorted((r for t in group for r in t.records), key=lambda r: r.start_ns)
     keys = {s: k for t in group for s, k in zip(t.steps, file_step_keys(t))}
     steps = sorted({s for t in group for s in t.steps})
     joined = RankTrace(member.rank, records, steps, group[0].source, member.role, group[0].run)
+    joined.origin, joined.lives = group[0].origin, list(group)
     joined = with_notes(joined, [n for t in group for n in file_notes(t)])
     if all(s in keys for s in steps):  # each file named its steps: keep their ids
         return with_steps(joined, steps_from_spans(steps, [keys[s] for s in steps]))
@@ -262,7 +309,7 @@ def _load(
     selected, picked = _select(root, loaded, errors, notes, run)
     for member, group in selected.items():
         for c in group:
-            c.payload.role = c.role
+            c.payload.role, c.payload.origin = c.role, c.origin
         trace = _joined(member, [c.payload for c in group])
         for pid in {r.pid for r in trace.records}:  # a database copy keeps no thread names
             for tid, name in named.get((trace.rank, pid), {}).items():
@@ -503,21 +550,24 @@ def member_parts(
             continue
         for p in value:
             budget.admit(p)
-        copies = [
-            Copy(p.rank, p.pids, p.n_records, p.source, p.first_ns, p.role, p, p.instance, p.run)
-            for p in value
-        ]
+        copies = [_part_copy(p) for p in value]
         loaded.append((file, copies))
     loaded.sort(key=lambda item: item[0])  # workers finish in any order; choose as if in order
     errors.sort()
     parts: list[ProcessPart] = []
     again: list[MemberFiles] = []
     selected, picked = _select(root, loaded, errors, notes, run)
+    lanes: dict[Member, list[ProcessSpans]] = {}
     for member, group in selected.items():
+        for c in group:  # (what another copy of its process lent it)
+            c.payload.role = c.role
+            if c.payload.spans is not None:
+                c.payload.spans.identify(c.origin, c.pids, c.instance)
         if len(group) == 1:
-            group[0].payload.role = group[0].role
             parts.append(group[0].payload)
         else:
+            # Read again to be summed exactly; each process stays its own lane, as read.
+            lanes[member] = [c.payload.spans for c in group if c.payload.spans is not None]
             files_of_member = [
                 (c.source, (c.pids, c.instance)) for c in group if c.source is not None
             ]
@@ -526,9 +576,43 @@ def member_parts(
         if isinstance(value, str):
             errors.append(value)
         else:
+            for part in value:
+                part.lanes = lanes.get(part.member, [])
             parts.extend(value)
+    errors += _second_pass(parts, selected, steps, reader, jobs)
     notes.extend(_streamed_notes(parts))
     return parts, errors, notes, picked
+
+
+def _second_pass(
+    parts: list[ProcessPart],
+    selected: dict[Member, list[Copy[ProcessPart]]],
+    steps: StepOptions,
+    reader: PartReader,
+    jobs: int | None,
+) -> list[str]:
+    """Read again the processes whose spans bounding memory joined across the job's step edges,
+    with those edges as fences (see :func:`_needing_fences`), each from the file its copy was
+    read from; the errors of those that could not be (their first reading stays)."""
+    items: list[MemberFiles] = []
+    where: dict[tuple[Member, Path], tuple[int, int | None]] = {}
+    for i, lane, fences in _needing_fences(parts):
+        member = parts[i].member
+        copy = [c for c in selected[member] if c.payload.spans is not None][lane or 0]
+        if copy.source is not None:
+            items.append((member, [(copy.source, (copy.pids, copy.instance))],
+                          replace(steps, fences=fences)))  # fmt: skip
+            where[(member, copy.source)] = (i, lane)
+    errors = []
+    for _status, value in reader.members(items, jobs) if items else []:
+        if isinstance(value, str):
+            errors.append(value)
+            continue
+        for part in value:
+            found = where.get((part.member, Path(part.source or "")))
+            if found is not None:
+                _refill(parts[found[0]], found[1], part.spans)
+    return errors
 
 
 def summarize_path(
@@ -624,14 +708,13 @@ def run_summary(
     else:
         print(format_table(summary, max_phases))
     files = (svg, html, trace)
-    status = _write_outputs(traces, summary, steps or StepOptions(), files, max_phases)
+    status = _write_outputs(traces, summary, files, max_phases)
     return status or (1 if summary.errors else 0)
 
 
 def _write_outputs(
     traces: list[RankTrace],
     summary: Summary,
-    steps: StepOptions,
     files: tuple[str | None, str | None, str | None],
     max_phases: int | None = MAX_PHASES,
 ) -> int:
@@ -641,21 +724,19 @@ def _write_outputs(
 
     svg, html, trace = files
 
+    # Every picture renders the summary's one model: its steps, its clocks (never found again).
+    model = summary.per_step
+
     def svg_of(f: str) -> Path:
-        stepped = [
-            RankTrace(t.rank, t.records, [(s.start_ns, s.end_ns) for s in find_steps(t, steps)],
-                      t.source, t.role)
-            for t in traces
-        ]  # fmt: skip
-        return write_svg(f, stepped, fold_name, max_phases=max_phases)
+        return write_svg(f, traces, fold_name, max_phases=max_phases, model=model)
 
     def html_of(f: str) -> Path:
-        return write_html_report(f, traces, summary, steps, max_phases=max_phases)
+        return write_html_report(f, traces, summary, max_phases=max_phases)
 
     jobs: list[tuple[str, str | None, Callable[[str], Path]]] = [
         ("--svg", svg, svg_of),
         ("--html", html, html_of),
-        ("--trace", trace, lambda f: write_merged_trace(f, traces, steps)),
+        ("--trace", trace, lambda f: write_merged_trace(f, traces, model)),
     ]
     status = 0
     for flag, file, write in jobs:

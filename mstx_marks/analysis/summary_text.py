@@ -67,6 +67,9 @@ def _steps_phrase(summary: Summary, member: Member) -> str:
     if not count:  # the shares are then of the whole recorded span: say so
         return f"rank {member.rank}: no steps, span {_ms(summary.step_time_ns[member])} ms"
     text = f"rank {member.rank}: {counted(count, 'step')}"
+    whose = summary.steps_of.get(member)
+    if whose is not None:  # the job's steps, its time attributed to them
+        text += f" of {printable(whose.label)}"
     if keys:
         shown = ", ".join(printable(k) for k in keys[:4]) + (", ..." if len(keys) > 4 else "")
         text += f" ({shown})"
@@ -235,7 +238,7 @@ def format_table(summary: Summary, max_phases: int | None = MAX_PHASES) -> str:
     ...     print(line)
     2 roles, 2 processes: EngineCore_DP0 (1 rank), TaskRunner (1 rank)
     <BLANKLINE>
-    == EngineCore_DP0 == rank 0: no steps, span 0.200 ms
+    == EngineCore_DP0 == rank 0: 1 step of TaskRunner rank 0, 1.000 ms
     >>> [line for line in text.splitlines() if line.startswith("==")][1]
     '== TaskRunner == rank 0: 1 step, 1.000 ms'
     """
@@ -340,6 +343,8 @@ def format_json(summary: Summary) -> dict[str, Any]:
                 "steps": summary.step_count[m],
                 "step_keys": summary.step_keys.get(m, []),
                 "step_time_ns": summary.step_time_ns[m],
+                # whose steps they are when they are the job's, not its own (else null)
+                "steps_of": None if m not in summary.steps_of else summary.steps_of[m].key,
                 # null where not known (a process summarised in one pass)
                 "unmarked_ns": summary.unmarked_ns.get(m),
                 "concurrent_ns": summary.concurrent_ns.get(m),

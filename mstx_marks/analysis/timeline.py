@@ -9,7 +9,9 @@ bars (several threads, a long role name).
 Marks named ``X_start`` and ``X_stop`` are drawn as the range ``X``, as msprof-analyze pairs
 them. Each phase name has one colour, the HTML report's (:func:`~.colors.phase_color`; see the
 legend; past 200 names, those of most time, the others grey under one entry), step starts are
-dashed lines, a bar is at
+dashed lines (given the summary's per-step model, its steps, labelled by key, with each rank
+placed where the model put it: moved by its clock shift, as in the HTML report; else each
+rank's own ``step`` ranges), a bar is at
 least one pixel wide however short its range, and a range still open when it was read has a dashed
 outline and hatching. Hovering a bar shows its name, thread and duration. Bars are
 ``<rect class="range">`` with ``data-rank``, ``data-thread``, ``data-lane``, ``data-name``,
@@ -27,11 +29,14 @@ from __future__ import annotations
 
 import re
 import xml.etree.ElementTree as ET
+from bisect import bisect_left, bisect_right, insort
+from heapq import heappop, heappush
 from pathlib import Path
 from typing import Callable, Sequence
 
 from mstx_marks.analysis.colors import OTHER_COLOR, phase_color
 from mstx_marks.analysis.mark_pairs import pair_marks
+from mstx_marks.analysis.rl_steps import StepAnalysis
 from mstx_marks.analysis.stages import range_name
 from mstx_marks.analysis.top_phases import MAX_PHASES
 from mstx_marks.base.records import RangeRecord, RankTrace
@@ -76,19 +81,42 @@ def assign_lanes(ranges: list[RangeRecord]) -> list[tuple[RangeRecord, int]]:
     [0, 1, 2]
     """
     out: list[tuple[RangeRecord, int]] = []
-    lane_end: list[int] = []  # per lane, the latest end among the ranges placed in it
-    alive: list[tuple[int, int]] = []  # (end, lane) of placed ranges that may contain later ones
+    lanes = 0
+    # The lanes in use, as a heap of (latest end, lane), and the free ones (ended by this
+    # start), sorted: a lane is found by a bisection, not by scanning every lane.
+    used: list[tuple[int, int]] = []
+    free: list[int] = []
+    # The ranges that may contain later ones, as a staircase: ends falling, lanes rising. Of
+    # two with the later end and the higher lane, one says all the other would (the lowest
+    # lane below everything containing a range is 1 + the highest of their lanes), so only
+    # the steps are kept; they are negated so that a bisection finds them.
+    neg_ends: list[int] = []
+    stair: list[int] = []
     for r in sorted(ranges, key=lambda r: (r.start_ns, -r.end_ns)):
+        s, e = r.start_ns, r.end_ns
         # Ranges come in start order, so one that ended before this start contains nothing more.
-        alive = [(end, lane) for end, lane in alive if end >= r.start_ns]
-        below = 1 + max((lane for end, lane in alive if end >= r.end_ns), default=-1)
-        lane = next((i for i in range(below, len(lane_end)) if lane_end[i] <= r.start_ns), None)
-        if lane is None:  # containers sit in existing lanes, so below <= len(lane_end)
-            lane = len(lane_end)
-            lane_end.append(r.end_ns)
-        lane_end[lane] = r.end_ns  # free lanes ended by this start, so this end is the latest
+        while neg_ends and -neg_ends[-1] < s:
+            neg_ends.pop()
+            stair.pop()
+        while used and used[0][0] <= s:
+            insort(free, heappop(used)[1])
+        k = bisect_right(neg_ends, -e)  # those ending at or after this end contain it
+        below = stair[k - 1] + 1 if k else 0
+        i = bisect_left(free, below)
+        if i < len(free):
+            lane = free.pop(i)
+        else:  # containers sit in existing lanes, so below <= lanes
+            lane = lanes
+            lanes += 1
+        heappush(used, (e, lane))
         out.append((r, lane))
-        alive.append((r.end_ns, lane))
+        # its step: those ending no later with no higher lane are below it now
+        j = bisect_left(neg_ends, -e)
+        m = j
+        while m < len(stair) and stair[m] <= lane:
+            m += 1
+        neg_ends[j:m] = [-e]
+        stair[j:m] = [lane]
     return out
 
 
@@ -184,8 +212,11 @@ def render_svg(
     name_of: Callable[[str], str] = str,
     title: str = "mstx_marks timeline",
     max_phases: int | None = MAX_PHASES,
+    model: StepAnalysis | None = None,
 ) -> str:
-    """The SVG document for ``traces``; ``name_of`` folds range names (colours and legend).
+    """The SVG document for ``traces``; ``name_of`` folds range names (colours and legend);
+    ``model``: the summary's per-step model, whose steps are drawn and whose clock shifts place
+    the ranks (the bars' ``data-start-ns`` and ``data-end-ns`` are then on its axis).
 
     Past ``max_phases`` names, the legend lists the ``max_phases`` of most total time, and the
     other phases are drawn in :data:`OTHER_COLOR` under one legend entry (their bars keep their
@@ -197,11 +228,15 @@ def render_svg(
     >>> svg.count('class="legend-item"'), "(6 other phases)" in svg, svg.count('class="range"')
     (3, True, 9)
     """
-    traces = sorted((_paired(t).with_steps() for t in traces), key=lambda t: t.member)
+    shifts = {} if model is None else model.clock.shifts_ns
+    paired = (_paired(t) if model is not None else _paired(t).with_steps() for t in traces)
+    traces = sorted(paired, key=lambda t: t.member)
     laid = [(t, _tracks(t)) for t in traces]
     every = [r for t in traces for r in t.ranges]
-    t0 = min((r.start_ns for r in every), default=0)
-    span = max(max((r.end_ns for r in every), default=t0) - t0, 1)
+    placed = [(r.start_ns + shifts.get(t.member, 0), r.end_ns + shifts.get(t.member, 0))
+              for t in traces for r in t.ranges]  # fmt: skip
+    t0 = min((a for a, _ in placed), default=0)
+    span = max(max((b for _, b in placed), default=t0) - t0, 1)
     plot_w = _WIDTH - _LEFT - _RIGHT
     any_open = any(r.open for r in every)
 
@@ -266,12 +301,14 @@ def render_svg(
         _rank_label(row, label, y)
         _lane_labels(row, trace.rank, tracks, tops)
         bars = [(r, lane, top) for track, top in zip(tracks, tops) for r, lane in track.bars]
+        d = shifts.get(trace.member, 0)
         for r, lane, top in sorted(bars, key=lambda b: (b[0].start_ns, -b[0].end_ns)):
             name = _xml_text(name_of(range_name(r.name, r.domain)))
+            start, end = r.start_ns + d, r.end_ns + d
             geometry = {
-                "x": str(x(r.start_ns)),
+                "x": str(x(start)),
                 "y": str(top + lane * _LANE),
-                "width": str(round(max(x(r.end_ns) - x(r.start_ns), MIN_BAR_PX), 2)),
+                "width": str(round(max(x(end) - x(start), MIN_BAR_PX), 2)),
                 "height": str(_LANE - 2),
             }
             attrs = {
@@ -280,8 +317,8 @@ def render_svg(
                 "data-thread": str(r.thread),
                 "data-lane": str(lane),
                 "data-name": name,
-                "data-start-ns": str(r.start_ns),
-                "data-end-ns": str(r.end_ns),
+                "data-start-ns": str(start),
+                "data-end-ns": str(end),
                 **geometry,
                 "fill": colors.get(name, OTHER_COLOR),
             }
@@ -297,11 +334,16 @@ def render_svg(
             ET.SubElement(bar, "title").text = tip
             if r.open:
                 ET.SubElement(row, "rect", {"class": "open-hatch", **geometry})
-        for i, (start, _) in enumerate(trace.steps, start=1):
-            _line(row, "step", x(start), x(start), y - 4, y + height).set("data-step", str(i))
-            step_label = ET.SubElement(row, "text", x=str(x(start) + 2), y=str(y - 1))
+        marks = (
+            [(s, str(i)) for i, (s, _) in enumerate(trace.steps, start=1)]
+            if model is None
+            else [(st.start_ns, st.key) for st in model.steps]
+        )
+        for at, key in marks:
+            _line(row, "step", x(at), x(at), y - 4, y + height).set("data-step", _xml_text(key))
+            step_label = ET.SubElement(row, "text", x=str(x(at) + 2), y=str(y - 1))
             step_label.set("style", "font-size:9px")
-            step_label.text = f"step {i}"
+            step_label.text = _xml_text(f"step {key}")
         y += height + _ROW_GAP + 8
 
     axis = ET.SubElement(svg, "g", {"class": "time-axis"})
@@ -344,7 +386,8 @@ def write_svg(
     name_of: Callable[[str], str] = str,
     *,
     max_phases: int | None = MAX_PHASES,
+    model: StepAnalysis | None = None,
 ) -> Path:
     """Write :func:`render_svg` of ``traces`` to ``path`` atomically and return the path."""
-    svg = render_svg(traces, name_of, max_phases=max_phases)
+    svg = render_svg(traces, name_of, max_phases=max_phases, model=model)
     return atomic_write_bytes(path, svg.encode())

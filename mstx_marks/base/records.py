@@ -26,6 +26,7 @@ __all__ = [
     "STEP_PHASE",
     "InstantRecord",
     "Member",
+    "Origin",
     "RangeRecord",
     "RankTrace",
     "Record",
@@ -99,25 +100,86 @@ class TraceFileError(ValueError):
 class Member(NamedTuple):
     """Who a trace is in the job: its process's role, then its rank. Reports group by role, then
     rank, and never merge two roles: one GPU's trainer, FSDP workers and vLLM engine processes
-    all say rank 0. Sorts by role, then rank (``""``, no role known, first).
+    all say rank 0. Sorts by role, then rank (``""``, no role known, first). ``process`` tells
+    apart processes that run at once under one role and rank (four engines that all say rank
+    0): each is its own lane of the per-step analysis; ``""`` for the one process of a member.
 
     >>> m = Member("WorkerDict", 1)
     >>> m.label, m.key, Member("", 1).label, Member("", 1).key
     ('WorkerDict rank 1', 'WorkerDict:1', 'rank 1', '1')
+    >>> e = Member("EngineCore", 0, "pid 7")
+    >>> e.label, e.key
+    ('EngineCore rank 0 (pid 7)', 'EngineCore:0:pid 7')
     """
 
     role: str
     rank: int
+    process: str = ""
 
     @property
     def label(self) -> str:
         """For people: ``WorkerDict rank 1``, or ``rank 1`` when the role is unknown."""
-        return f"{self.role} rank {self.rank}" if self.role else f"rank {self.rank}"
+        label = f"{self.role} rank {self.rank}" if self.role else f"rank {self.rank}"
+        return f"{label} ({self.process})" if self.process else label
 
     @property
     def key(self) -> str:
         """For JSON keys: ``WorkerDict:1``, or ``1`` when the role is unknown."""
-        return f"{self.role}:{self.rank}" if self.role else str(self.rank)
+        key = f"{self.role}:{self.rank}" if self.role else str(self.rank)
+        return f"{key}:{self.process}" if self.process else key
+
+
+class Origin(NamedTuple):
+    """Where a process recorded and on which clock: its host's name, the boot id of its
+    machine (``/proc/sys/kernel/random/boot_id``: the domain of its monotonic clock; ``""``
+    when not known), its clock anchor (the wall clock less the monotonic one when it began:
+    its times are the monotonic clock plus this) and how far the wall clock has since moved
+    against the monotonic one (a step said, not applied: its times stay on the anchor's axis).
+
+    >>> Origin("h1", "b00t", 5).known, Origin().known
+    (True, False)
+    """
+
+    host: str = ""
+    boot_id: str = ""
+    anchor_ns: Optional[int] = None
+    clock_step_ns: int = 0
+
+    @property
+    def known(self) -> bool:
+        """Whether it says anything (a file of another tool, or an older one, says nothing)."""
+        return bool(self.host or self.boot_id) or self.anchor_ns is not None
+
+    def fields(self) -> Dict[str, Any]:
+        """What a file keeps of it (the fields it knows), as JSON values.
+
+        >>> Origin("h1", "", 5).fields()
+        {'host': 'h1', 'anchor_ns': 5}
+        """
+        said = {k: v for k, v in self._asdict().items() if v is not None and v != ""}
+        if not self.clock_step_ns:
+            del said["clock_step_ns"]
+        return said
+
+    @classmethod
+    def of(cls, fields: Mapping[str, Any]) -> Origin:
+        """The origin ``fields`` say (:meth:`fields`' keys); a value of the wrong type is not
+        taken (read as not known).
+
+        >>> Origin.of({"host": "h1", "anchor_ns": 5, "boot_id": 3})
+        Origin(host='h1', boot_id='', anchor_ns=5, clock_step_ns=0)
+        """
+
+        def text(key: str) -> str:
+            value = fields.get(key)
+            return value if isinstance(value, str) else ""
+
+        def integer(key: str) -> Optional[int]:
+            value = fields.get(key)
+            return value if type(value) is int and -(1 << 63) <= value < 1 << 63 else None
+
+        return cls(text("host"), text("boot_id"), integer("anchor_ns"),
+                   integer("clock_step_ns") or 0)  # fmt: skip
 
 
 @dataclass
@@ -147,11 +209,25 @@ class RankTrace:
     complete: bool = True
     #: Python thread names by thread id, where known (a Chrome trace's ``thread_name``).
     thread_names: Dict[int, str] = field(default_factory=dict)
-    #: The host the process ran on, and the wall clock less the monotonic one its times were
-    #: placed by, when its file says them (a spill's header): processes of one host can then be
-    #: put on its one monotonic clock (:mod:`mstx_marks.analysis.rl_steps`).
+    #: Where the process recorded and on which clock (see :class:`Origin`), when its file says
+    #: it: processes of one machine can then be put on its one monotonic clock, and machines
+    #: aligned (:mod:`mstx_marks.analysis.clocks`).
     host: str = ""
     anchor_ns: Optional[int] = None
+    boot_id: str = ""
+    clock_step_ns: int = 0
+    #: The processes this trace joins (one role and rank: a restarted worker, processes at
+    #: once), each with its own records and origin; empty for the trace of one process.
+    lives: List[RankTrace] = field(default_factory=list)
+
+    @property
+    def origin(self) -> Origin:
+        """Where it recorded and on which clock (see :class:`Origin`)."""
+        return Origin(self.host, self.boot_id, self.anchor_ns, self.clock_step_ns)
+
+    @origin.setter
+    def origin(self, origin: Origin) -> None:
+        self.host, self.boot_id, self.anchor_ns, self.clock_step_ns = origin
 
     @property
     def member(self) -> Member:

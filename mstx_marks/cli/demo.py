@@ -225,8 +225,8 @@ def run_demo(args: DemoOptions) -> int:
         )
         return 1
     write_chrome_trace(out / "trace.json", traces)
-    write_svg(out / "timeline.svg", traces, fold_name)
     summary = summarize(traces)
+    write_svg(out / "timeline.svg", traces, fold_name, model=summary.per_step)  # one model
     write_html_report(out / "report.html", traces, summary)
     print(format_table(summary))
     print(f"\n[demo] done in {time.perf_counter() - started:.1f} s. Wrote:")

@@ -456,21 +456,42 @@ def _summary(args: argparse.Namespace) -> int:
 
 def _diff_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("base", help="the base run's folder of traces")
-    p.add_argument("new", nargs="?", help="the new run's folder (default: BASE, two of its runs)")
-    p.add_argument("--base-run", metavar="ID", help="which run of BASE (default: the newest)")
+    p.add_argument(
+        "new",
+        nargs="?",
+        help="the new run's folder (default: BASE again: two of its runs, --base-run and"
+        " --new-run, each the newest when not named; neither named: its two newest, the older"
+        " as the base)",
+    )
+    p.add_argument(
+        "--base-run",
+        metavar="ID",
+        help="which run of BASE (default: the newest; with NEW and --new-run not given, the one"
+        " before it)",
+    )
     p.add_argument("--new-run", metavar="ID", help="which run of NEW (default: the newest)")
     p.add_argument(
         "--threshold",
-        type=float,
+        type=_threshold,
         metavar="PCT",
         help="exit 1 when a role's phase grew per step by more than its noise band plus PCT %% of"
-        " the base (for CI)",
+        " the base (for CI; a finite number, 0 or more)",
     )
     p.add_argument("--json", action="store_true", help="print JSON instead of the table")
     p.add_argument("--step-name", metavar="PHASE", help="the phase whose ranges are steps")
     p.add_argument("--step-key", metavar="KEY", default="step", help="as summary's (default: step)")
     p.add_argument("--jobs", type=int, metavar="N", help="worker processes reading files")
     _ray_arg(p)
+
+
+def _threshold(text: str) -> float:
+    """``--threshold``'s value, refused while the arguments are read (a NaN never fires)."""
+    from mstx_marks.analysis.diff import parse_threshold
+
+    try:
+        return parse_threshold(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e).removeprefix("--threshold ")) from None
 
 
 def _diff(args: argparse.Namespace) -> int:

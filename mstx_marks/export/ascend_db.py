@@ -17,10 +17,14 @@ that a CPU recording can fill honestly:
   step id (ids count from 1; ``mstx_sum`` reports ranges outside every step as step 0);
 - ``SESSION_TIME_INFO(startTimeNs, endTimeNs)``: the recorded span, MindStudio Insight's time base;
 - ``META_DATA(name, value)``: the schema version and the metadata above (values JSON, as
-  torch_npu writes them);
+  torch_npu writes them), and where the recording process ran and on which clock
+  (``mstx_marks_host``, ``mstx_marks_boot_id``, ``mstx_marks_anchor_ns``,
+  ``mstx_marks_clock_step_ns``: its :class:`~mstx_marks.base.records.Origin`, which
+  :func:`read_ascend_db` gives back);
 - ``RANK_DEVICE_MAP(rankId, deviceId)`` (device -1: none known, as torch_npu writes without a
   device) and ``HOST_INFO(hostUid, hostName)``: the rank and host Insight and
-  ``msprof-analyze cluster`` label the data with.
+  ``msprof-analyze cluster`` label the data with: the recording process's host (a database
+  exported from a spill on another machine names the spill's, not the exporter's).
 
 No device table is written: an empty ``TASK`` makes ``mstx_sum`` fail. **Host-only ranges are
 kept** by ``mstx_sum`` because every event gets its own ``connectionId`` (never NULL nor
@@ -59,6 +63,7 @@ from mstx_marks.base.forking import new_lock
 from mstx_marks.base.records import (
     STEP_PHASE,
     InstantRecord,
+    Origin,
     RangeRecord,
     RankTrace,
     Record,
@@ -66,6 +71,7 @@ from mstx_marks.base.records import (
     plain_args,
 )
 from mstx_marks.export.files import atomic_path, atomic_write_bytes
+from mstx_marks.export.spill import boot_id
 from mstx_marks.export.start_order import (
     ARGS,
     DOMAIN,
@@ -193,17 +199,45 @@ def _folder(worker: str, stamp_ms: int) -> str:
     return f"{worker}_{when}{stamp_ms % 1000:03d}_ascend_pt"
 
 
-def host_uid() -> str:
-    """A stable id of this host (from the machine id, else the host name), as a decimal str
-    like torch_npu's ``_get_host_uid()``."""
-    seed = socket.gethostname()
-    for source in ("/etc/machine-id", "/var/lib/dbus/machine-id"):
-        try:
-            seed = Path(source).read_text().strip() or seed
-            break
-        except OSError:
-            continue
+def host_uid(origin: Origin | None = None) -> str:
+    """A stable id of the host ``origin`` names (default: this one), as a decimal str like
+    torch_npu's ``_get_host_uid()``: this host's from its machine id (else its name); another
+    host's, whose machine id is not known here, from its name and boot id.
+
+    >>> host_uid(Origin("h1", "b1")) == host_uid(Origin("h1", "b1")) != host_uid(Origin("h2"))
+    True
+    """
+    if origin is None or _recorded_here(origin):
+        seed = socket.gethostname()
+        for source in ("/etc/machine-id", "/var/lib/dbus/machine-id"):
+            try:
+                seed = Path(source).read_text().strip() or seed
+                break
+            except OSError:
+                continue
+    else:
+        seed = f"{origin.host}/{origin.boot_id}"
     return str(int.from_bytes(hashlib.sha256(seed.encode()).digest()[:8], "big") >> 1)
+
+
+def _recorded_here(origin: Origin) -> bool:
+    """Whether ``origin`` is this machine (its boot id, else its host name)."""
+    if origin.boot_id and boot_id():
+        return origin.boot_id == boot_id()
+    return origin.host == socket.gethostname()
+
+
+#: Where ``META_DATA`` keeps the recording process's :class:`Origin` fields: under this prefix.
+_ORIGIN_META = "mstx_marks_"
+
+
+def _host_row(meta: Mapping[str, Any]) -> tuple[str, str]:
+    """``HOST_INFO``'s row: the recording process's host as ``meta`` says it, else this one."""
+    origin = Origin.of({k[len(_ORIGIN_META) :]: v for k, v in meta.items()
+                        if k.startswith(_ORIGIN_META)})  # fmt: skip
+    if not origin.host:
+        return host_uid(), socket.gethostname()
+    return host_uid(origin), origin.host
 
 
 def _storable(text: str) -> str:
@@ -220,9 +254,10 @@ def _args_json(args: Mapping[str, Any]) -> str:
 
 def db_meta_of(trace: RankTrace, metadata: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """What ``META_DATA`` and ``profiler_metadata.json`` hold for ``trace``'s process (its
-    records are not read): its role, run, instance and drop count when it has them, what
-    :func:`add_metadata` recorded, and ``metadata``."""
+    records are not read): its role, run, instance and drop count when it has them, where it
+    recorded and on which clock, what :func:`add_metadata` recorded, and ``metadata``."""
     return {
+        **{_ORIGIN_META + k: v for k, v in trace.origin.fields().items()},
         **({"role": trace.role} if trace.role else {}),
         **({"mstx_marks_run": trace.run} if trace.run else {}),
         **({"mstx_marks_instance": trace.instance} if trace.instance else {}),
@@ -427,7 +462,7 @@ class DbWriter:
             [(k, _storable(json.dumps(v))) for k, v in meta.items()],
         )
         db.execute("INSERT INTO RANK_DEVICE_MAP VALUES (?, ?)", (rank, NO_DEVICE))
-        db.execute("INSERT INTO HOST_INFO VALUES (?, ?)", (host_uid(), socket.gethostname()))
+        db.execute("INSERT INTO HOST_INFO VALUES (?, ?)", _host_row(meta))
         db.commit()
         return span
 
@@ -494,7 +529,8 @@ def db_meta(db: sqlite3.Connection, tables: set[str], name: str) -> Any:
 
 
 def db_process(db: sqlite3.Connection, tables: set[str], trace: RankTrace) -> RankTrace:
-    """``trace`` with the run, instance and dropped count our database keeps in ``META_DATA``."""
+    """``trace`` with the run, instance, dropped count and origin (where the process recorded
+    and on which clock) our database keeps in ``META_DATA``."""
     run, instance = (
         db_meta(db, tables, "mstx_marks_run"),
         db_meta(db, tables, "mstx_marks_instance"),
@@ -503,6 +539,7 @@ def db_process(db: sqlite3.Connection, tables: set[str], trace: RankTrace) -> Ra
     trace.run = run if isinstance(run, str) else ""
     trace.instance = instance if isinstance(instance, str) else ""
     trace.dropped = dropped if type(dropped) is int and dropped > 0 else 0
+    trace.origin = Origin.of({f: db_meta(db, tables, _ORIGIN_META + f) for f in Origin._fields})
     return trace
 
 
@@ -568,6 +605,7 @@ def read_ascend_db(
         raise error from e
     trace = RankTrace(rank_of_db(path), records, steps, path, role, skipped=skipped)
     trace.run, trace.instance, trace.dropped = about.run, about.instance, about.dropped
+    trace.origin = about.origin
     return trace
 
 

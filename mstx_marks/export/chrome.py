@@ -21,7 +21,11 @@ Values JSON cannot hold are written as their ``str()``.
 ``otherData.clock`` holds a wall/monotonic clock pair (``time.time_ns()``,
 ``time.monotonic_ns()``) taken when the file is written: the records are on the wall clock
 already, and a reader meeting timestamps on a clock since boot can shift them by the pair's
-difference (see :mod:`mstx_marks.analysis.merge`).
+difference (see :mod:`mstx_marks.analysis.merge`). Where each process recorded and on which
+clock is its own entry's: ``otherData.ranks[R]`` holds the recording process's ``host``,
+``boot_id``, ``anchor_ns`` and ``clock_step_ns`` (:class:`~mstx_marks.base.records.Origin`;
+those of the spill it was exported from, never the writer's), which
+:func:`read_chrome_trace` gives back.
 
 Timestamps are microseconds after ``otherData.origin_ns`` rather than since the epoch: a float
 holds an epoch time in microseconds only to a quarter of a microsecond, but small offsets keep
@@ -53,7 +57,14 @@ from operator import itemgetter, mod, sub, truediv
 from pathlib import Path
 from typing import IO, Any, Callable, Iterable, Iterator, Mapping, NamedTuple, Sequence
 
-from mstx_marks.base.records import InstantRecord, RangeRecord, RankTrace, Record, TraceFileError
+from mstx_marks.base.records import (
+    InstantRecord,
+    Origin,
+    RangeRecord,
+    RankTrace,
+    Record,
+    TraceFileError,
+)
 from mstx_marks.export.files import atomic_path, open_regular, scratch_file
 from mstx_marks.export.start_order import (
     ARGS,
@@ -346,9 +357,10 @@ def _process_events(rank: int) -> list[dict[str, Any]]:
 
 
 def _process_info(t: RankTrace) -> dict[str, Any]:
-    """What a trace says of its process beyond rank and role, when it says anything: its run,
-    its instance (two processes with one host and pid), the events its recorder dropped."""
-    info: dict[str, Any] = {}
+    """What a trace says of its process beyond rank and role, when it says anything: where it
+    recorded and on which clock, its run, its instance (two processes with one host and pid),
+    the events its recorder dropped."""
+    info: dict[str, Any] = t.origin.fields()
     if t.run:
         info["run"] = t.run
     if t.instance:
@@ -861,6 +873,7 @@ def _process_trace(path: Path, cpid: int, info: dict[int, Any]) -> RankTrace:
     rank, steps, role, more = info.get(cpid, (cpid, [], "", {}))
     trace = RankTrace(rank, [], steps, path, role)
     trace.run, trace.instance = str(more.get("run") or ""), str(more.get("instance") or "")
+    trace.origin = Origin.of(more)
     dropped = more.get("dropped")
     trace.dropped = dropped if type(dropped) is int and dropped > 0 else 0
     return trace

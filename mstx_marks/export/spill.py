@@ -26,14 +26,16 @@ up to 64 MB, then are counted as lost); a folder removed while the job runs (``r
 made again at the next write, with what the removed file held copied over, and said once.
 
 The first line is a header (``{"mstx_marks_spill": 2, "pid", "host", "rank", "role", "run",
-"instance", "wall_ns", "mono_ns", "anchor_ns"}``); a final write ends with
+"instance", "wall_ns", "mono_ns", "anchor_ns", "boot_id"}``: ``boot_id`` names the machine's
+boot, the domain of its monotonic clock, see :func:`boot_id`); a final write ends with
 ``{"complete": true}``; later ``{"rank": N}`` or ``{"role": R}`` lines update what became known
 (a rank once torch.distributed is up). Times are the monotonic clock plus ``anchor_ns`` (the
 wall clock less the monotonic one when the process began recording:
 :func:`~mstx_marks.backends.record.now_ns`), so durations are monotonic and processes share the
 wall clock's axis; ``{"clock_step_ns": N}`` says that the wall clock has since moved N ns against
 the monotonic one (an NTP step): the times stay on the anchor's axis, N from a wall clock read
-now.
+now. The reader gives all of these as the trace's :class:`~mstx_marks.base.records.Origin`, and
+every file exported from the spill carries it on (the recording process's, not the exporter's).
 
 Events come as blocks, the recorder's columns copied as they are: ``["c", n, keys, starts,
 ends, threads]``, each column the base64 of its little-endian array (keys and thread numbers
@@ -64,6 +66,7 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
+import functools
 import json
 import os
 import secrets
@@ -105,6 +108,7 @@ __all__ = [
     "MAX_LINE",
     "SPILL_SUFFIX",
     "Spill",
+    "boot_id",
     "read_spill",
     "spill_path",
 ]
@@ -127,6 +131,26 @@ _READ_BATCH_BYTES = 4 << 20
 #: A move of the wall clock against the monotonic one this large is a step, written and said
 #: (two clocks read one after the other differ by microseconds; NTP steps past 128 ms).
 CLOCK_STEP_NS = 100_000_000
+#: Where Linux names the current boot of the machine (a random id made at each boot).
+BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
+
+
+@functools.cache
+def boot_id() -> str:
+    """This machine's boot id (read once; ``""`` where the system has none): processes that
+    share it share one monotonic clock, whatever their host names (containers copy the host
+    name and the machine id from their image, never the boot id).
+
+    >>> boot_id() == boot_id()
+    True
+    """
+    try:
+        with open(BOOT_ID_PATH, encoding="ascii", errors="replace") as f:
+            return f.read(64).strip()
+    except OSError:
+        return ""
+
+
 # The recorders a spill drains: a second spill of the same recorder must not release chunks the
 # first has not written yet, so only the sole spill of a recorder releases.
 _spills_of: dict[int, weakref.WeakSet[Spill]] = {}
@@ -342,6 +366,7 @@ class Spill:
             "mono_ns": time.monotonic_ns(),
             # The events' times are mono + anchor (record.now_ns): durations monotonic.
             "anchor_ns": anchor_ns(),
+            "boot_id": boot_id(),
         }
 
     def _open(self) -> int:
@@ -671,6 +696,9 @@ class _Reader:
         self.host = str(header.get("host") or "")
         anchor = header.get("anchor_ns")
         self.anchor_ns = anchor if type(anchor) is int else None
+        self.boot_id = str(header.get("boot_id") or "")
+        #: The last ``clock_step_ns`` said (see the module's docstring).
+        self.clock_step_ns = 0
         self.records: list[Record] = []
         #: Where records go: ``records.append``, or a caller's sink (then only open ranges,
         #: few, are held here until the end, to keep each range once: see :func:`_latest`).
@@ -794,6 +822,9 @@ class _Reader:
             self.role = str(item["role"])
         if "dropped" in item:
             self.dropped = max(self.dropped, _int(item["dropped"], 0))
+        step = item.get("clock_step_ns")
+        if type(step) is int and _ok(step):
+            self.clock_step_ns = step
 
 
 def _ok(*values: Any) -> bool:
@@ -906,6 +937,8 @@ def read_spill(
         instance=reader.instance,
         host=reader.host,
         anchor_ns=reader.anchor_ns,
+        boot_id=reader.boot_id,
+        clock_step_ns=reader.clock_step_ns,
         dropped=reader.dropped,
         skipped=reader.skipped,
         complete=reader.complete,

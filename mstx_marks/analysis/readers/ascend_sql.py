@@ -453,6 +453,8 @@ def _aggregate(
         )  # fmt: skip
         found = _file_steps(db, tables)
         part.spans = spans_of_ranges([], found) if steps.per_step else None
+        if part.spans is not None:
+            part.spans.identify(about.origin, (), about.instance)
         return part.set_steps(found).set_breakdown([], merge_spans(s[:2] for s in found))
     names = {i: text(v, "<unnamed>") for i, v in _query(db, "SELECT id, value FROM STRING_IDS")}
 
@@ -567,7 +569,7 @@ def _aggregate(
         .set_breakdown(nested, windows)
     )
     if steps.per_step:  # (nested now sorted by thread, then start)
-        part.spans = spans_of_ranges(nested, found)
+        part.spans = spans_of_ranges(nested, found).identify(about.origin, pids, about.instance)
     return part
 
 

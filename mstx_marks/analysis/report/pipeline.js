@@ -1,7 +1,9 @@
 // The pipeline view: the per-step model (mstx_marks/analysis/rl_steps.py, in the JSON form
 // `summary --json` writes, rl_steps_text.steps_json) drawn as an SVG: one lane per process
-// (role x rank), each step a column band. Every figure drawn is the model's: nothing here finds
-// a step, attributes a range or walks a path; it only places what the model says.
+// (role x rank), each step a column band, each lane at true times from its bins
+// (analysis/step_bins.py: per process and step, a fixed number, each with its busy time and
+// its phase of most time). Every figure drawn is the model's: nothing here finds a step,
+// attributes a range or walks a path; it only places what the model says.
 (function () {
 'use strict';
 const D = JSON.parse(document.getElementById('data').textContent);
@@ -40,19 +42,21 @@ if (!P) {
   document.body.setAttribute('data-pipeline', 'ok');
   return;
 }
-const M = P.model, steps = M.steps, procs = M.processes;
+const M = P.model, steps = M.steps, procs = M.processes, B = P.bins;
 const lanes = P.lanes;  // process indices, top to bottom
 const laneOf = new Map(lanes.map((pi, k) => [procs[pi].key, k]));
 const colorOf = name => P.colors[name] || D.other_color;
 const ref = label(M.reference);
 note.textContent = 'Steps of ' + ref + ' (' + M.total_steps + ' in all' +
-  (M.every > 1 ? ', every ' + M.every + 'th analysed' : '') + '). Each lane is one process;' +
-  ' its bar is its busy time in the step (what its phases cover), the hatched part its bubble' +
-  ' (idle: no phase running), packed from the step\'s start: the analysis keeps how much, not' +
-  ' where. The critical path row (from ' + ref + '\'s view) and the red ticks (the process it' +
-  ' waited for, at the end of its work) are at their times. \u2691 long tail: the rank whose' +
-  ' time at its role\'s median would have saved the step the most. Clocks: ' +
-  M.clock.accuracy + '.' + M.notes.map(n => ' Note: ' + n + '.').join('');
+  (M.every > 1 ? ', every ' + M.every + 'th analysed' : '') + '). Each lane is one process at' +
+  ' true times: its step (hatched: idle) in ' + B.n + ' bins, each where it lay, coloured by' +
+  ' its phase of most time there and as opaque as its phases cover it; the bins\' busy times' +
+  ' add up to the step\'s (hover a lane for its figures, a bin for its own). A process' +
+  ' attributed to its own steps is drawn in its own step, placed by its clock. The critical' +
+  ' path row (from ' + ref + '\'s view) and the red ticks (the process it waited for, at the' +
+  ' end of its work) are at their times. \u2691 long tail: the rank whose time at its role\'s' +
+  ' median would have saved the step the most. Clocks: ' + M.clock.accuracy + '.' +
+  M.notes.map(n => ' Note: ' + n + '.').join('');
 let first = 0;
 
 function draw() {
@@ -112,7 +116,7 @@ function draw() {
         (waited ? '\nwaited for ' + label(waited) + ' ' + waited.phase + ', ended ' +
           ms(waited.end_ns - st.start_ns) + ' into the step' : ''));
     }
-    // each lane: busy, then its bubble; nothing where it has no figures
+    // each lane at true times: its window in the step (hatched: idle), its bins over it
     lanes.forEach((pi, k) => {
       const p = procs[pi], y = y0 + k * LANE + 2, h = LANE - 4;
       const at = {'data-lane': k, 'data-step': j};
@@ -129,25 +133,28 @@ function draw() {
         ms(p.length_ns[j]) + ')' : '') + '\nbusy ' + ms(p.busy_ns[j]) +
         (p.uncertain_ns[j] ? ' \u00b1' + ms(p.uncertain_ns[j]) : '') + ', idle ' +
         ms(p.idle_ns[j]) + phases.join('');
-      const busy = p.busy_ns[j] * scale;
-      if (p.busy_ns[j] > 0) {
-        el('rect', {x: x, y: y, width: busy, height: h, class: 'busy',
-          fill: here.length ? colorOf(here[0]) : D.other_color, 'data-ns': p.busy_ns[j], ...at},
-          band, about);
-        // phases one at a time (their times add up to the busy time): each its own part
-        if (here.length > 1 && here.reduce((a, n) => a + p.phases[n][j], 0) === p.busy_ns[j]) {
-          let px = x;
-          for (const n of here) {
-            const pw = p.phases[n][j] * scale;
-            el('rect', {x: px, y: y, width: pw, height: h, class: 'part', fill: colorOf(n),
-              'data-ns': p.phases[n][j], 'data-phase': n, ...at}, band, about);
-            px += pw;
-          }
-        }
-      }
-      if (p.idle_ns[j] > 0) {
-        el('rect', {x: x + busy, y: y, width: p.idle_ns[j] * scale, height: h,
-          class: 'bubble', fill: 'url(#bubble)', 'data-ns': p.idle_ns[j], ...at}, band, about);
+      const lane = B.lanes[pi], b = lane ? lane[j] : null;
+      const wx = b ? x + (b[0] - st.start_ns) * scale : x;
+      const ww = b ? (b[1] - b[0]) * scale : bw;
+      el('rect', {x: wx, y: y, width: ww, height: h, class: 'window', fill: 'url(#bubble)',
+        'data-ns': p.busy_ns[j], 'data-idle-ns': p.idle_ns[j], ...at}, band,
+        about + (b ? '' : '\n(where in the step it was busy is not known)'));
+      if (!b) return;
+      const n = B.n, a = b[0], len = b[1] - b[0];
+      const edge = q => a + Math.floor(len * q / n);  // as step_bins.py cuts them
+      for (let q = 0; q < n; q++) {
+        const cover = b[2][q];
+        if (!cover) continue;
+        const e0 = edge(q), e1 = edge(q + 1), name = b[3][q] >= 0 ? B.names[b[3][q]] : '';
+        el('rect', {x: x + (e0 - st.start_ns) * scale, y: y, width: (e1 - e0) * scale,
+          height: h, class: 'bin', fill: name ? colorOf(name) : D.other_color,
+          'fill-opacity': Math.max(0.15, cover / Math.max(e1 - e0, 1)).toFixed(3),
+          'data-ns': cover, 'data-phase': name, 'data-bin': q, 'data-start-ns': e0,
+          'data-end-ns': e1, ...at}, band,
+          label(p) + ', step ' + st.key + ': ' + ms(e0 - st.start_ns) + ' to ' +
+          ms(e1 - st.start_ns) + ' into it, busy ' + ms(cover) + ' (' +
+          Math.round(100 * cover / Math.max(e1 - e0, 1)) + ' %)' +
+          (name ? ', mostly ' + name : '') + '\n' + about);
       }
     });
     // over the lanes: where the critical path waited for another process (its work's end)
@@ -155,7 +162,8 @@ function draw() {
       const waited = link.waited, k = waited ? laneOf.get(waited.key) : undefined;
       if (k === undefined) continue;
       el('rect', {x: x + (waited.end_ns - st.start_ns) * scale - 1.5, y: y0 + k * LANE,
-        width: 3, height: LANE, class: 'waited', 'data-lane': k, 'data-step': j}, band,
+        width: 3, height: LANE, class: 'waited', 'data-lane': k, 'data-step': j,
+        'data-at-ns': waited.end_ns}, band,
         'the critical path\'s ' + link.phase + ' waited for this ' + waited.phase + ', ended ' +
         ms(waited.end_ns - st.start_ns) + ' into the step');
     }

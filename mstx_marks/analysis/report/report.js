@@ -341,8 +341,12 @@ for (const p of several) {
   const ratio = p.imbalance === null ? '-' : p.imbalance.toFixed(2) + 'x';
   const totals = p.ranks.map(r => r[1]);
   const fastest = p.ranks[totals.indexOf(Math.min(...totals))];
+  // red only from the flag on: below it, what ranks doing equal work differ by
+  const flagged = p.imbalance !== null && p.imbalance >= D.imbalance_flag;
   h.textContent = (p.role ? p.role + ' ' : '') + p.name + ': slowest rank ' + p.slowest +
-    ' (' + ratio + ' the fastest, rank ' + fastest[0] + ')';
+    ' (' + ratio + ' the fastest, rank ' + fastest[0] + ')' +
+    (flagged ? '' : ': within noise (under ' + D.imbalance_flag.toFixed(2) + 'x)');
+  card.setAttribute('data-flagged', flagged ? '1' : '0');
   card.appendChild(h);
   const chart = document.createElement('div'); chart.className = 'chart';
   const top = Math.max(...totals, 1e-9);
@@ -357,7 +361,7 @@ for (const p of several) {
     const b = document.createElement('div');
     b.style.height = Math.max(1, 100 * total / top) + '%';
     b.title = 'rank ' + rank + ': ' + total.toFixed(3) + ' ms';
-    if (rank === p.slowest) b.className = 'slow';
+    if (rank === p.slowest) b.className = flagged ? 'slow' : 'slowest';
     box.appendChild(b);
   }
   const mean = totals.reduce((a, b) => a + b, 0) / totals.length;
