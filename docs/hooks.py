@@ -6,6 +6,8 @@ A page asks for a generated block with an HTML comment on a line of its own:
 - ``<!-- generated: cli -->``: :func:`mstx_marks.cli.main.markdown_reference`, from the parser;
 - ``<!-- generated: compatibility -->``: the presets' own ``versions`` rows
   (:data:`mstx_marks.capture.presets.TARGETS`);
+- ``<!-- generated: presets -->``: what each preset marks, from what its module declares
+  (:data:`mstx_marks.capture.presets.PRESETS`);
 - ``<!-- generated: recipes -->`` and ``<!-- generated: phases -->``: what ``mstx-marks
   recipes`` and ``mstx-marks phases`` print.
 
@@ -26,6 +28,7 @@ END = "<!-- end generated -->"
 
 
 def environment() -> str:
+    import mstx_marks.capture.presets  # noqa: F401  (it declares the preset names listed)
     from mstx_marks.base import env
 
     return env.markdown_table()
@@ -73,6 +76,33 @@ def compatibility() -> str:
     return "\n".join(lines)
 
 
+def _by_version(versions: str) -> tuple[str, tuple[int, ...], str]:
+    """A ``versions`` text's sort key: the product named before the first number, the number."""
+    found = re.search(r"\d+(?:\.\d+)*", versions)
+    if found is None:
+        return versions, (), versions
+    number = tuple(int(part) for part in found.group().split("."))
+    return versions[: found.start()], number, versions
+
+
+def presets() -> str:
+    """One row per preset: the versions its targets were read from (their ``versions``, the
+    compatibility matrix's one table), and its own summary of where it patches and what it
+    emits, else its targets' paths and phases."""
+    from mstx_marks.capture.presets import PRESETS, targets
+
+    lines = ["| preset | versions | where | ranges |", "|---|---|---|---|"]
+    for p in PRESETS:
+        rows = targets(p.name)
+        versions = "; ".join(sorted(dict.fromkeys(t.versions for t in rows), key=_by_version))
+        where = p.where or ", ".join(dict.fromkeys(f"`{t.path}`" for t in rows))
+        ranges = p.ranges or ", ".join(dict.fromkeys(f"`{t.phase}`" for t in rows))
+        aliases = ", ".join(f"`{a}`" for a in p.aliases)
+        name = f"`{p.name}`" + (f" (alias {aliases})" if aliases else "")
+        lines.append(f"| {name} | {_cell(versions)} | {_cell(where)} | {_cell(ranges)} |")
+    return "\n".join(lines)
+
+
 def recipes() -> str:
     from mstx_marks.profiling.recipes import recipes_table
 
@@ -80,6 +110,7 @@ def recipes() -> str:
 
 
 def phases() -> str:
+    import mstx_marks.capture.presets  # noqa: F401  (it registers the presets' own phases)
     from mstx_marks.base.phases import phases_table
 
     return "```text\n" + phases_table() + "\n```"
@@ -89,6 +120,7 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "environment": environment,
     "cli": cli,
     "compatibility": compatibility,
+    "presets": presets,
     "recipes": recipes,
     "phases": phases,
 }

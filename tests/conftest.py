@@ -7,12 +7,14 @@ tests can check that each range ends exactly once, with its own domain, around i
 from __future__ import annotations
 
 import contextlib
+import fnmatch
 import itertools
 import os
 import threading
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Optional
 
 import pytest
@@ -31,6 +33,60 @@ pytest_plugins = ["support.background", "support.grpo_runs"]
 
 #: Every variable the library reads (env.VARIABLES is their one home), and the rank.
 ENV_VARS = (*(v.name for v in env.VARIABLES), "RANK")
+
+# --- the real engines' tests: marked `engine` -------------------------------------------------
+#
+# A test that runs a real engine (vLLM, Ray, verl) from its venv (tests/support/engine_venvs.py)
+# is marked `engine`, so `pytest -m "not engine"` is the lane a contributor runs while working
+# and `-m engine` runs only them. A test that reaches an engine venv unmarked fails, saying so.
+
+#: Modules whose every test runs an engine.
+ENGINE_MODULES = ("test_engine_*.py", "test_real_*.py", "test_vllm_ascend.py")
+#: Fixtures that run an engine (the background runs of the modules above, and these).
+ENGINE_FIXTURES = frozenset({"ray_run", "real_verl", "grpo_plain", "grpo_marked"})
+#: Single tests elsewhere that run one, as ``module::name``.
+ENGINE_TESTS = frozenset(
+    {
+        "test_presets_engines.py::test_vllm_032s_real_scheduler_output",
+        "test_recipes.py::test_real_vllm_worker_execute_model_is_wrapped_after_import",
+    }
+)
+
+
+def runs_an_engine(item: pytest.Item) -> bool:
+    """Whether ``item`` runs a real engine: by its module, its fixtures, or its name."""
+    if any(fnmatch.fnmatch(item.path.name, pattern) for pattern in ENGINE_MODULES):
+        return True
+    if ENGINE_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+        return True
+    return f"{item.path.name}::{getattr(item, 'originalname', item.name)}" in ENGINE_TESTS
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if runs_an_engine(item):
+            item.add_marker(pytest.mark.engine)
+
+
+@pytest.fixture(autouse=True)
+def _engines_only_when_marked(request: pytest.FixtureRequest) -> Iterator[None]:
+    """An unmarked test that reaches an engine venv fails: the lane without engines must stay
+    without them (minutes, not a venv build and a job run)."""
+    if request.node.get_closest_marker("engine") is not None:
+        yield
+        return
+    from support import engine_venvs
+
+    def refuse(name: str) -> Path:
+        pytest.fail(
+            f"{request.node.nodeid} uses the {name!r} engine venv but is not marked `engine`:"
+            " name it (or its fixture, or its module) in tests/conftest.py's ENGINE_*"
+        )
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(engine_venvs, "venv_dir", refuse)
+        yield
 
 
 _fresh = fresh

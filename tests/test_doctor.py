@@ -148,16 +148,21 @@ def test_the_out_folder_must_be_a_folder_that_can_be_made(
     a_file = tmp_path / "a_file"
     a_file.write_text("")
     cases = {
-        str(a_file): "is a file, not a folder",
-        str(a_file / "below"): f"cannot be created: {a_file} is a file",
+        str(a_file): f"cannot write {a_file}: it is a file",
+        str(a_file / "below"): f"cannot write {a_file / 'below'}: {a_file} is a file",
+        # As root access() says yes here; making the folder says no (issue 37).
+        "/proc/nope": "cannot write /proc/nope: /proc takes no new folders",
     }
     for out, words in cases.items():
         monkeypatch.setenv("MSTX_MARKS_OUT", out)
         found = [f for f in diagnose() if f.topic == "files"]
         assert [f.level for f in found] == ["stop"] and words in found[0].text, found
-    monkeypatch.setenv("MSTX_MARKS_OUT", str(tmp_path / "new" / "prof"))
+        assert "will be created" not in found[0].text and "writable" not in found[0].text
+    new = tmp_path / "new" / "prof"
+    monkeypatch.setenv("MSTX_MARKS_OUT", str(new))
     found = [f for f in diagnose() if f.topic == "files"]
-    assert [f.level for f in found] == ["ok"] and "will be created" in found[0].text
+    assert [f.level for f in found] == ["ok"] and "can write (made now)" in found[0].text
+    assert new.is_dir()  # decided by making it
 
 
 def test_check_values_names_what_the_run_would_ignore() -> None:
@@ -183,8 +188,33 @@ def test_out_with_the_auto_backend_does_not_hang(tmp_path: Path) -> None:
         timeout=120,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "will be created" in proc.stdout
+    assert f"MSTX_MARKS_OUT={tmp_path / 'prof'} is a folder this user can write" in proc.stdout
     assert proc.stdout.splitlines()[-1].startswith("ranges would be recorded on this machine")
+
+
+def test_the_doctor_under_out_says_nothing_about_itself(tmp_path: Path) -> None:
+    """Issue 37: its import under MSTX_MARKS_OUT made it record, and it ended saying that it
+    recorded no ranges; and the run id its import made was listed as if the user had set it.
+    A run id the doctor was given (by the launcher, the user) is still shown."""
+    base = {"PATH": "/usr/bin:/bin", "MSTX_MARKS_OUT": str(tmp_path / "prof")}
+    for given in (None, "20260101-000000-ab12"):
+        environ = base if given is None else {**base, "MSTX_MARKS_RUN": given}
+        proc = subprocess.run(
+            [sys.executable, "-m", "mstx_marks", "doctor"],
+            capture_output=True,
+            text=True,
+            env=environ,
+            cwd=tmp_path,
+            timeout=120,
+        )
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert "mstx_marks:" not in proc.stderr, proc.stderr  # no warning about itself
+        run_lines = [line for line in proc.stdout.splitlines() if "MSTX_MARKS_RUN" in line]
+        if given is None:
+            assert run_lines == [], proc.stdout
+        else:
+            assert len(run_lines) == 1 and given in run_lines[0], proc.stdout
+    assert not list((tmp_path / "prof").rglob("*.jsonl"))  # the doctor recorded nothing
 
 
 def test_a_profiler_config_with_mstx_off_stops(

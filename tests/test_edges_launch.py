@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -31,6 +32,21 @@ def _script(folder: Path, text: str) -> str:
     return "./job"
 
 
+def _not_executable(folder: Path, text: str) -> str:
+    """A script without any execute bit (which root cannot run either: exec wants one bit).
+    Where the file system keeps no modes (a bind mount from another OS shows every file as
+    0777) it goes on tmpfs instead, so the case runs on every machine, as root too."""
+    for where in (folder, Path("/dev/shm")):
+        if not where.is_dir():
+            continue
+        path = Path(tempfile.mkdtemp(dir=where)) / "job"
+        path.write_text(text)
+        path.chmod(0o644)
+        if not os.access(path, os.X_OK):
+            return str(path)
+    pytest.fail("no file system here keeps a file's modes: a 0644 file stays executable")
+
+
 @pytest.mark.parametrize(
     ("case", "code", "words"),
     [
@@ -48,10 +64,7 @@ def test_a_command_that_cannot_start_is_one_line_and_the_shells_status(
     if case == "no #! line":
         command = _script(tmp_path, "echo from a script without its first line\n")
     elif case == "not executable":
-        command = _script(tmp_path, "#!/bin/sh\necho hi\n")
-        (tmp_path / "job").chmod(0o644)
-        if os.access(tmp_path / "job", os.X_OK):
-            pytest.skip("this user executes any file (root)")
+        command = _not_executable(tmp_path, "#!/bin/sh\necho hi\n")
     elif case == "a folder":
         (tmp_path / "folder").mkdir()
         command = "./folder"

@@ -5,10 +5,12 @@ reads back every file it wrote."""
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 import warnings
 from pathlib import Path
@@ -182,23 +184,32 @@ for _ in range(3):
 """
 
 
-def test_a_folder_that_cannot_be_written_is_said_at_activation_and_what_is_lost_at_exit(
-    tmp_path: Path,
+@pytest.mark.parametrize("where", ["under a file", "/proc"])
+def test_a_folder_that_cannot_be_made_is_one_plain_line_before_user_code(
+    tmp_path: Path, where: str
 ) -> None:
+    """Issue 37: said once, at activation, with why, and nothing recorded: no second line at
+    exit about events that were never going to be written. /proc as root: access() says yes,
+    but no folder can be made there."""
     blocker = tmp_path / "a_file"
     blocker.write_text("")
-    out = blocker / "prof"
+    out, why = (
+        (blocker / "prof", f"{blocker} is a file")
+        if where == "under a file"
+        else (Path("/proc/mstx_marks_nope"), "/proc takes no new folders")
+    )
     proc = _run(_UNWRITABLE, env={"MSTX_MARKS_OUT": str(out)})
     assert proc.returncode == 0, proc.stderr  # user code unharmed
+    assert "Traceback" not in proc.stderr
     lines = [line for line in proc.stderr.splitlines() if "mstx_marks:" in line]
-    assert "cannot be read" not in proc.stderr and "Traceback" not in proc.stderr
-    assert len(lines) == 2, proc.stderr
-    first, last = lines
-    # At activation, before any user code, naming the folder and why.
-    assert f"cannot write {out}: {blocker} is a file" in first
-    assert proc.stderr.index(first) < proc.stderr.index("user code starts")
-    # At exit: exactly what was lost.
-    assert f"cannot write {out}:" in last and "3 of the 3 events recorded are in no file" in last
+    assert len(lines) == 1, proc.stderr
+    (line,) = lines
+    assert line.endswith(
+        f"mstx_marks: cannot write {out}: {why}: nothing is recorded or written for"
+        " MSTX_MARKS_OUT in this process"
+    ), line
+    assert proc.stderr.index(line) < proc.stderr.index("user code starts")
+    assert not out.exists()
 
 
 def test_a_folder_that_refuses_the_first_spill_is_named_then_written_when_it_can(
@@ -252,16 +263,23 @@ def test_lines_that_wait_past_the_limit_are_counted_as_lost_and_said(
     assert len(said) == 1 and "1 events waited past" in said[0], said  # said at the first
 
 
+@pytest.mark.parametrize("where", ["under a file", "/proc"])
 def test_run_refuses_an_out_folder_that_cannot_be_written_before_starting(
-    tmp_path: Path,
+    tmp_path: Path, where: str
 ) -> None:
+    """/proc as root (issue 37): access() says yes; making the folder says no."""
     blocker = tmp_path / "a_file"
     blocker.write_text("")
+    out, why = (
+        (blocker / "prof", f"{blocker} is a file")
+        if where == "under a file"
+        else (Path("/proc/nope"), "/proc takes no new folders")
+    )
     marker = tmp_path / "started"
     base = {k: v for k, v in os.environ.items() if not k.startswith("MSTX_MARKS_")}
     command = [sys.executable, "-c", f"open({str(marker)!r}, 'w')"]
     proc = subprocess.run(
-        [sys.executable, "-m", "mstx_marks", "run", "--out", str(blocker / "prof"), "--", *command],
+        [sys.executable, "-m", "mstx_marks", "run", "--out", str(out), "--", *command],
         env=base,
         capture_output=True,
         text=True,
@@ -269,22 +287,43 @@ def test_run_refuses_an_out_folder_that_cannot_be_written_before_starting(
     )
     assert proc.returncode == 2
     assert not marker.exists()  # nothing was started
-    assert proc.stderr.splitlines() == [
-        f"error: nothing was started: cannot write {blocker / 'prof'}: {blocker} is a file"
-    ]
+    assert proc.stderr.splitlines() == [f"error: nothing was started: cannot write {out}: {why}"]
+
+
+_AS_NOBODY = """
+import os, sys
+from mstx_marks.export.out import cannot_write  # first: nobody may not read root's packages
+if os.getuid() == 0:  # root writes any folder: drop to nobody, as a user without the right
+    os.setgid(65534)
+    os.setuid(65534)
+print(cannot_write(sys.argv[1]))
+"""
 
 
 def test_cannot_write_names_a_read_only_or_forbidden_folder(tmp_path: Path) -> None:
+    """Decided by making the folder and writing there, so root (our machines, CI, most
+    containers) meets each case too: /proc takes no folder whatever access() tells root, and a
+    folder without write permission is met by dropping to nobody."""
     from mstx_marks.export.out import cannot_write
 
-    locked = tmp_path / "locked"
-    locked.mkdir(mode=0o555)
-    if os.access(locked, os.W_OK):
-        pytest.skip("this user writes any folder (root)")
-    assert cannot_write(locked / "prof") == (
-        f"cannot write {locked / 'prof'}: permission denied (in {locked})"
+    assert cannot_write("/proc/mstx_marks_nope/prof") == (
+        "cannot write /proc/mstx_marks_nope/prof: /proc takes no new folders"
     )
-    assert cannot_write(tmp_path / "new" / "deeper") is None  # made when first written
+    base = Path(tempfile.mkdtemp())
+    try:
+        base.chmod(0o755)  # nobody may look in, not write
+        locked = base / "locked"
+        locked.mkdir(mode=0o555)
+        proc = _run(_AS_NOBODY, str(locked / "prof"))
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.strip() == (
+            f"cannot write {locked / 'prof'}: permission denied (in {locked})"
+        )
+    finally:
+        shutil.rmtree(base)
+    new = tmp_path / "new" / "deeper"
+    assert cannot_write(new) is None
+    assert new.is_dir() and not list(new.iterdir())  # made, and the probe file removed
 
 
 def test_events_lost_while_the_folder_refused_them_are_counted_at_exit(
@@ -300,6 +339,7 @@ def test_events_lost_while_the_folder_refused_them_are_counted_at_exit(
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
         session = OutSession(out, None, recorder=rec, rank=0)
+        out.rmdir()  # made when asked for (its probe); now a file where it goes:
         out.write_text("")  # refused from here on
         for name in ("lost_1", "lost_2"):
             rec.range_end(rec.range_start(name, "d"), "d")
@@ -317,20 +357,27 @@ def test_events_lost_while_the_folder_refused_them_are_counted_at_exit(
 
 
 @pytest.mark.parametrize(
-    ("read_only", "reason"), [(True, "read-only file system"), (False, "permission denied")]
+    ("error", "reason"),
+    [
+        (errno.EROFS, "read-only file system"),
+        (errno.EACCES, "permission denied"),
+        (errno.ENOSPC, "no space left on the device"),
+    ],
 )
 def test_cannot_write_says_why_a_folder_refuses_writes(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, read_only: bool, reason: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, error: int, reason: str
 ) -> None:
-    """As a user without write access sees it (root passes os.access: faked here)."""
-    from types import SimpleNamespace
-
+    """What the file system answers the probe, in words: whether the folder itself refuses
+    its probe file, or the folder above refuses the new folder. os.access is never asked
+    (it says yes to root): the machine's own answer is faked here."""
     from mstx_marks.export.out import cannot_write
 
-    monkeypatch.setattr(os, "access", lambda path, mode: False)
-    monkeypatch.setattr(
-        os, "statvfs", lambda path: SimpleNamespace(f_flag=os.ST_RDONLY if read_only else 0)
-    )
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise OSError(error, os.strerror(error))
+
+    monkeypatch.setattr(os, "access", lambda *args, **kwargs: True)  # as root sees it
+    monkeypatch.setattr(os, "mkdir", refuse)
+    monkeypatch.setattr(tempfile, "mkstemp", refuse)
     assert cannot_write(tmp_path) == f"cannot write {tmp_path}: {reason}"
     assert (
         cannot_write(tmp_path / "a" / "b")

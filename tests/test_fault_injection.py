@@ -253,12 +253,16 @@ def test_a_class_is_refused_by_every_decorator_form() -> None:
     from mstx_marks import mark, mstx_range
 
     class Model:
-        pass
+        def forward(self) -> int:
+            return 1
 
+    before = dict(vars(Model))
     for decorate in (mstx_range, mstx_range("x"), mark("y")):
         with pytest.raises(TypeError, match="not the class"):
             decorate(Model)
-    assert isinstance(Model, type)  # untouched
+        # Refused before touching it: no attribute set, no method wrapped.
+        assert dict(vars(Model)) == before
+    assert Model().forward() == 1
 
 
 def test_timing_that_is_not_a_mapping_is_refused_before_the_block() -> None:

@@ -1,7 +1,8 @@
 """The package imports one way: every import of every module, including those inside functions,
 runs down the layers, and no modules import each other in a circle.
 
-    base < backends < core < export < capture | analysis < profiling < launch < cli < the root
+    base < backends < core < export < capture | analysis < profiling | live < launch < cli
+    < the root
 
 ``capture`` and ``analysis`` sit side by side and never import each other; the root package
 (``mstx_marks/__init__.py``, the API users import) is the top, so nothing inside imports it.
@@ -26,6 +27,7 @@ LAYERS = {
     "capture": 4,
     "analysis": 4,
     "profiling": 5,
+    "live": 5,  # (beside profiling: the step figures a trainer logs, from the analysis)
     "launch": 6,
     "cli": 7,
 }

@@ -295,13 +295,22 @@ def test_methods_static_and_class_methods(
 
 
 def test_static_and_class_methods_keep_their_descriptor_kind() -> None:
+    """Whichever order the decorators come in, the class holds the descriptor, the descriptor
+    the range's wrapper, and the wrapper the user's plain function: never a wrapper around the
+    descriptor, nor a descriptor left unwrapped (``@staticmethod`` outermost keeps the kind by
+    itself; what could go wrong there is the range missing inside it)."""
     for attr, kind in [
         ("static_below", staticmethod),
         ("static_above", staticmethod),
         ("cls_below", classmethod),
         ("cls_above", classmethod),
     ]:
-        assert isinstance(Worker.__dict__[attr], kind), attr
+        descriptor = Worker.__dict__[attr]
+        assert isinstance(descriptor, kind), attr
+        wrapper = descriptor.__func__
+        inner = getattr(wrapper, "__wrapped__", None)
+        assert inspect.isfunction(inner) and inner is not wrapper, attr
+        assert inner.__qualname__ == f"Worker.{attr}", attr
 
 
 def test_decorating_a_non_callable_is_a_type_error() -> None:

@@ -21,11 +21,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from support import background
 from support.engine_run import MODEL_STEP_KINDS
-from support.grpo_job import MarkedRun, cli, marked_run, overlap_ns
+from support.grpo_job import MarkedRun, cli, overlap_ns
 
-JOB_TIMEOUT_S = 900  # about 160 s on an idle machine; 260 s seen with other jobs running
 STEPS = [1, 2, 3]
 #: Weight syncs: one before training, then one in every step.
 SYNCS = len(STEPS) + 1
@@ -48,11 +46,11 @@ WORKER_STAGES = {
 }
 
 
-@background.run()
-def run(tmp_path_factory: pytest.TempPathFactory) -> background.Planned[MarkedRun]:
-    return marked_run(
-        tmp_path_factory, "one-step-off-marked", "verl_one_step_off.py", JOB_TIMEOUT_S
-    )
+@pytest.fixture(scope="module")
+def run(one_step_off_marked: MarkedRun) -> MarkedRun:
+    """The session's marked one-step-off run (tests/support/grpo_runs.py), shared with
+    tests/test_live_grpo.py."""
+    return one_step_off_marked
 
 
 def test_every_step_finishes(run: MarkedRun) -> None:

@@ -70,7 +70,9 @@ def test_a_window_per_ppo_step(captured: tuple[Job, Path]) -> None:
 
 def test_the_update_window_holds_forward_and_backward(captured: tuple[Job, Path]) -> None:
     _, out = captured
-    for trace in _traces(out / "fsdp_actor_update_micro_batch"):
+    traces = _traces(out / "fsdp_actor_update_micro_batch")
+    assert len(traces) == STEPS, traces  # a loop over no trace would assert nothing
+    for trace in traces:
         names = [str(e.get("name", "")) for e in _events(trace)]
         assert any("Backward" in n or "backward" in n for n in names), trace
         assert any(n.startswith(("aten::linear", "aten::addmm", "aten::mm")) for n in names), trace
@@ -78,7 +80,9 @@ def test_the_update_window_holds_forward_and_backward(captured: tuple[Job, Path]
 
 def test_the_reference_window_is_forward_only(captured: tuple[Job, Path]) -> None:
     _, out = captured
-    for trace in _traces(out / "Ref_compute_log_prob"):
+    traces = _traces(out / "Ref_compute_log_prob")
+    assert len(traces) == STEPS, traces  # a loop over no trace would assert nothing
+    for trace in traces:
         names = [str(e.get("name", "")) for e in _events(trace)]
         assert any(n.startswith(("aten::linear", "aten::addmm", "aten::mm")) for n in names), trace
         assert not any("Backward" in n for n in names), trace

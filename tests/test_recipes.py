@@ -28,6 +28,7 @@ import pytest
 import mstx_marks
 from mstx_marks import MstxMarksWarning
 from mstx_marks.profiling import recipes, windows
+from mstx_marks.profiling.recipes import captures, verl_calls
 
 torch = pytest.importorskip("torch")
 
@@ -45,10 +46,10 @@ def disarm_all() -> Iterator[None]:
     yield
     for handle in recipes.armed():
         handle.undo()
-    for site, hook in recipes._stage_sites:
+    for site, hook in verl_calls._stage_sites:
         windows.unhook(site, hook)
-    recipes._stage_sites.clear()
-    recipes._stage_hooks.clear()
+    verl_calls._stage_sites.clear()
+    verl_calls._stage_hooks.clear()
     assert windows._sites == {}
     assert windows.running() is None
 
@@ -353,19 +354,19 @@ def test_ref_and_actor_log_prob_micro_batches_are_told_apart(
 
 
 def test_the_ref_test_of_verl_0_9_1() -> None:
-    assert recipes._is_ref(types.SimpleNamespace(optimizer=None))
-    assert not recipes._is_ref(types.SimpleNamespace(optimizer=object()))
-    assert recipes._is_ref(types.SimpleNamespace(actor_optimizer=None))  # legacy dp_actor
+    assert verl_calls._is_ref(types.SimpleNamespace(optimizer=None))
+    assert not verl_calls._is_ref(types.SimpleNamespace(optimizer=object()))
+    assert verl_calls._is_ref(types.SimpleNamespace(actor_optimizer=None))  # legacy dp_actor
     # 0.9.1: the ref's optimizer config is a non-empty OptimizerConfig; the flag decides.
     flag_wins = types.SimpleNamespace(
         engine_config=types.SimpleNamespace(forward_only=False), optimizer=None,
         optimizer_config={"lr": 1e-6},
     )  # fmt: skip
-    assert not recipes._is_ref(flag_wins)
+    assert not verl_calls._is_ref(flag_wins)
     ref = types.SimpleNamespace(
         engine_config=types.SimpleNamespace(forward_only=True), optimizer_config={"lr": 1e-6}
     )
-    assert recipes._verl_role(ref) == "ref"
+    assert verl_calls.verl_role(ref) == "ref"
 
 
 def test_every_ppo_step_gets_its_window_and_steps_choose_them(
@@ -423,8 +424,8 @@ def test_the_verl_profiler_warning_checks_the_worker_that_holds_it(
     recipes.capture("update_micro_batch", active=1, out=str(tmp_path))
     with warned() as got:
         worker.train_mini_batch(1)  # the engine has no profiler: its worker does
-    assert our_warnings(got) == [f"mstx_marks: {recipes._VERL_WARNING}"]
-    assert "global_profiler.steps=null" in recipes._VERL_WARNING
+    assert our_warnings(got) == [f"mstx_marks: {verl_calls.VERL_WARNING}"]
+    assert "global_profiler.steps=null" in verl_calls.VERL_WARNING
 
 
 def test_update_mini_batch_keeps_verls_register_attribute(
@@ -1012,7 +1013,7 @@ def test_a_loop_that_ends_early_is_stopped_at_exit_and_says_so(
     handle = recipes.capture("rollout_decode", wait=0, warmup=0, active=5, out=str(tmp_path))
     Worker().execute_model(0)  # 1 of 5 active steps, then the process ends
     with warned() as w:
-        recipes._stop_unfinished()  # what atexit runs
+        captures._stop_unfinished()  # what atexit runs
     assert handle.done and vars(Worker)["execute_model"] is original
     messages = [str(x.message) for x in w]
     assert any("ends after 1 of its 5 steps" in m for m in messages), messages

@@ -261,7 +261,10 @@ def test_check_reports_each_problem_with_its_line() -> None:
     assert (14, "ref") in got  # no KL: ref never runs
     assert (15, "no") in got  # grpo without critic.enable
     assert (16, "unknown") in got
-    assert (9, "rollout") in got  # inherited rollout profiling without discrete=True
+    # Rollout takes the actor's enable and its discrete=yes, which verl reads as true: it is
+    # profiled, and the line that sets the bad discrete is named.
+    assert (11, "rollout") in got
+    assert (9, "rollout:") in got  # its contents: verl's default, asked for by line 9
     assert not any(line == 8 for line, _ in got)  # shell variable: not checked
     messages = [str(p) for p in check_verl_overrides(SCRIPT)]
     assert messages == sorted(messages, key=lambda m: int(m.split(":")[0].split()[1]))
@@ -296,6 +299,7 @@ def test_check_reports_each_problem_with_its_line() -> None:
             [
                 "actor_rollout_ref.rollout.name=sglang",
                 "actor_rollout_ref.actor.profiler.enable=True",
+                "actor_rollout_ref.actor.profiler.tool_config.npu.discrete=True",
                 "actor_rollout_ref.actor.profiler.tool_config.npu.contents=[memory]",
             ],
             "SGLang",
@@ -519,3 +523,75 @@ def test_check_verl_reads_the_values_given_to_rays_workers(
     said = ("'vlm'", "module:function", "not an mstx_marks variable", "no hook")
     for line, words in enumerate(said, 1):
         assert any(s.startswith(f"line {line}:") and words in s for s in out.splitlines()), out
+
+
+# --- issue 37: the guide's own script ----------------------------------------------------------
+
+GUIDE = Path(__file__).resolve().parents[1] / "docs" / "guides" / "verl-ascend.md"
+
+
+def _guide_script() -> str:
+    """The ``run_grpo.sh`` block of the verl guide, as a reader copies it."""
+    text = GUIDE.read_text(encoding="utf-8")
+    start = text.index('```bash title="run_grpo.sh"\n') + len('```bash title="run_grpo.sh"\n')
+    return text[start : text.index("```", start)]
+
+
+def test_check_verl_on_the_guides_script_names_each_findings_own_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, verl: Any
+) -> None:
+    script = _guide_script()
+    (tmp_path / "run_grpo.sh").write_text(script)
+    monkeypatch.chdir(tmp_path)
+    assert cli_main(["check-verl", "run_grpo.sh"]) == 1
+    said = capsys.readouterr().out.splitlines()
+    lines = script.splitlines()
+    assert said, "the guide's script has problems the guide shows"
+    for finding in said:
+        number = int(finding.split(":line ")[1].split(":")[0])
+        assert 1 <= number <= len(lines), finding  # a line of the script, never "line 0"
+        text = finding.split(":", 3)[2].strip()
+        assert text in lines[number - 1], finding  # the override quoted is on that line
+        if "actor_rollout_ref.actor.profiler.enable=True" in finding:
+            # The enable line is named only for what a default fills in, which it says.
+            assert "verl's default" in finding, finding
+    # Only the actor is profiled: verl gives rollout the actor's enable, but its servers
+    # drive the engine's profiler in discrete mode only, and the script is not discrete.
+    _, roles = compose(verl, [ln.strip(" \\") for ln in lines[1:] if "=" in ln])
+    assert roles["rollout"].enable is True and roles["rollout"].tool_config["npu"].discrete is False
+    about_rollout = [f for f in said if "rollout" in f.replace("actor_rollout_ref", "")]
+    assert not about_rollout, about_rollout
+    # What the guide shows of the output is what the command prints.
+    shown = GUIDE.read_text(encoding="utf-8").split("$ mstx-marks check-verl run_grpo.sh")[1]
+    for line in shown.split("```")[0].splitlines():
+        if line.startswith("run_grpo.sh:"):
+            assert line in said, line
+
+
+_NPU = "tool_config.npu"
+_POOL = [
+    *(f"{ROLES[r]}.enable={v}" for r in ROLES for v in ("True", "False")),
+    *(f"{ROLES[r]}.{_NPU}.discrete={v}" for r in ROLES for v in ("True", "False", "yes")),
+    *(f"{ROLES[r]}.{_NPU}.contents={v}" for r in ROLES for v in ("[npu,cpu]", "[cpu]", "[memory]")),
+    "actor_rollout_ref.rollout.profiler.tool_config.npu.profile_token_start=5",
+    "actor_rollout_ref.rollout.profiler.tool_config.npu.profile_token_end=3",
+    "actor_rollout_ref.rollout.profiler.tool_config.npu.level=level1",
+    "actor_rollout_ref.rollout.name=sglang",
+    "actor_rollout_ref.rollout.name=vllm",
+    "global_profiler.tool=npu",
+    "global_profiler.tool=torch",
+    "global_profiler.steps=[1]",
+    "global_profiler.profile_continuous_steps=True",
+    "algorithm.adv_estimator=grpo",
+    "critic.enable=False",
+]  # fmt: skip
+
+
+@settings(max_examples=200, deadline=None)
+@given(overrides=st.lists(st.sampled_from(_POOL), max_size=10))
+def test_every_finding_names_an_override_that_is_there(overrides: list[str]) -> None:
+    """Whatever the mix, each finding names a line of the input and quotes what is on it:
+    none is "line 0: (not set)"; one that a default causes says which default."""
+    for problem in check_verl_overrides(overrides):
+        assert 1 <= problem.line <= len(overrides), problem
+        assert problem.text == overrides[problem.line - 1], problem

@@ -65,9 +65,17 @@ def _user_stacklevel() -> int | None:
     level = 2  # warn()'s caller
     frame: FrameType | None = sys._getframe(2)
     while frame is not None and _ours(frame.f_code.co_filename):
+        # warnings.warn skips the import machinery's frames itself when it counts the level:
+        # counted here too, a warning said while `import mstx_marks` runs landed on `sys:1`.
+        if not _skipped_by_warnings(frame.f_code.co_filename):
+            level += 1
         frame = frame.f_back
-        level += 1
     return None if frame is None else level
+
+
+def _skipped_by_warnings(filename: str) -> bool:
+    # What warnings._is_internal_frame skips (CPython 3.9 to 3.13).
+    return "importlib" in filename and "_bootstrap" in filename
 
 
 def warn(message: str, category: type[Warning] = MstxMarksWarning) -> None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Iterable, NamedTuple
+from typing import Iterable, Mapping, NamedTuple
 
 from mstx_marks.base.diagnostics import warn_once
 
@@ -30,6 +30,7 @@ __all__ = [
     "EXIT_SECONDS",
     "INCLUDE",
     "INSTRUMENT",
+    "LIVE",
     "MAX_DIGITS",
     "OFF",
     "OUT",
@@ -44,6 +45,7 @@ __all__ = [
     "VARIABLES",
     "Variable",
     "any_set",
+    "declare_presets",
     "flag",
     "markdown_table",
     "off",
@@ -51,6 +53,8 @@ __all__ = [
     "quoted",
     "rank",
     "run_id",
+    "run_id_given",
+    "say_unknown_names",
     "shown",
     "text",
     "unknown_names",
@@ -82,6 +86,7 @@ SAMPLE = "MSTX_MARKS_SAMPLE"
 CAPTURE = "MSTX_MARKS_CAPTURE"
 ROLE = "MSTX_MARKS_ROLE"
 RUN = "MSTX_MARKS_RUN"
+LIVE = "MSTX_MARKS_LIVE"
 
 VARIABLES: tuple[Variable, ...] = (
     Variable(BACKEND, "auto, mstx, nvtx, torch, record, noop", "where ranges go (default auto)"),
@@ -123,10 +128,9 @@ VARIABLES: tuple[Variable, ...] = (
     ),
     Variable(
         INSTRUMENT,
-        "comma-separated: verl, vllm, sglang, mindspeed_rl, megatron, "
-        "verl_modules, vllm_modules, vllm_dp",
-        "apply these frameworks' presets in every process that imports them "
-        "(`vllm_ascend` is `vllm`'s other name)",
+        # The names: the presets declare them (declare_presets), and markdown_table lists them.
+        "comma-separated preset names",
+        "apply these frameworks' presets in every process that imports them",
     ),
     Variable(
         SAMPLE,
@@ -139,6 +143,13 @@ VARIABLES: tuple[Variable, ...] = (
         "start a scheduled profiler around a named loop (`mstx-marks recipes`)",
     ),
     Variable(ROLE, "a word, e.g. `rollout`", "the process's role in file names and reports"),
+    Variable(
+        LIVE,
+        "1/0, true/false, yes/no, on/off (default on)",
+        "with `MSTX_MARKS_OUT` and the verl preset: each step's figures (per role busy and idle,"
+        " rollout long tail, critical path, weight sync) go to verl's own logger under `mstx/`;"
+        " 0 turns that off",
+    ),
     Variable(
         RUN,
         "a word (set by the launcher or the job's first process)",
@@ -271,7 +282,30 @@ def run_id() -> str:
 
     new = _ray_run() or time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3)
     os.environ[RUN] = new
+    _made_run[:] = [new]
     return new
+
+
+#: The run id this process made and put in the environment (none when it was given one).
+_made_run: list[str] = []
+
+
+def run_id_given() -> bool:
+    """Whether ``MSTX_MARKS_RUN`` holds a run id this process was given (by the launcher, the
+    process that started it, the user), not the one :func:`run_id` made here.
+
+    >>> import os
+    >>> _ = os.environ.pop("MSTX_MARKS_RUN", None)
+    >>> _ = run_id()
+    >>> run_id_given()
+    False
+    >>> os.environ["MSTX_MARKS_RUN"] = "20250101-000000-ab12"
+    >>> run_id_given()
+    True
+    >>> del os.environ["MSTX_MARKS_RUN"]
+    """
+    value = os.environ.get(RUN)
+    return value is not None and value.strip() != "" and value not in _made_run
 
 
 def _ray_run() -> str | None:
@@ -306,18 +340,45 @@ def unknown_names(names: Iterable[str] | None = None) -> list[str]:
     >>> len(said), said[0].endswith(f"did you mean {OUT}?")
     (1, True)
     """
+    return [line for _, line in _unknown(names)]
+
+
+def say_unknown_names(names: Iterable[str] | None = None) -> None:
+    """Warn :func:`unknown_names`' messages, each name once per process: what ``import
+    mstx_marks`` runs (one pass over the environment, no import unless a name is unknown), and
+    activation again for a name set after the import.
+
+    >>> import warnings
+    >>> with warnings.catch_warnings(record=True) as w:
+    ...     warnings.simplefilter("always")
+    ...     for _ in range(2):
+    ...         say_unknown_names([PREFIX + "OUTT"])
+    >>> len(w), str(w[0].message).endswith("did you mean MSTX_MARKS_OUT?")
+    (1, True)
+    """
+    for name, line in _unknown(names):
+        warn_once(("unknown variable", name), line)
+
+
+def _unknown(names: Iterable[str] | None) -> list[tuple[str, str]]:
+    ours = sorted(n for n in (os.environ if names is None else names) if n.startswith(PREFIX))
+    known = {v.name for v in VARIABLES}
+    unknown = [n for n in ours if n not in known]
+    if not unknown:  # the usual case, and the import's: nothing more is done
+        return []
     import difflib  # only when a name is unknown
 
-    known = [v.name for v in VARIABLES]
     suffixes = [v.name[len(PREFIX) :] for v in VARIABLES]
     out = []
-    for name in sorted(os.environ if names is None else names):
-        if not name.startswith(PREFIX) or name in known:
-            continue
+    for name in unknown:
         # Close to the part after the prefix: the shared prefix makes every name look alike.
         close = difflib.get_close_matches(name[len(PREFIX) :], suffixes, n=1, cutoff=0.6)
-        hint = f"did you mean {PREFIX}{close[0]}?" if close else f"known: {', '.join(known)}"
-        out.append(f"ignoring {shown(name)}: mstx_marks has no variable of that name; {hint}")
+        if close:
+            hint = f"did you mean {PREFIX}{close[0]}?"
+        else:
+            hint = f"known: {', '.join(v.name for v in VARIABLES)}"
+        said = f"ignoring {shown(name)}: mstx_marks has no variable of that name; {hint}"
+        out.append((name, said))
     return out
 
 
@@ -355,12 +416,43 @@ def rank() -> int:
     return 0
 
 
+#: The preset names :data:`INSTRUMENT` takes, and their aliases (alias -> name). The presets sit
+#: above this module, which cannot import them: :mod:`mstx_marks.capture.presets` declares them
+#: here when it is imported (:func:`declare_presets`).
+_preset_names: list[str] = []
+_preset_aliases: dict[str, str] = {}
+
+
+def declare_presets(names: Iterable[str], aliases: Mapping[str, str]) -> None:
+    """Record the preset names (and aliases) that :data:`INSTRUMENT` takes, which
+    :func:`markdown_table` lists: what :mod:`mstx_marks.capture.presets` derives from its
+    preset modules, once, when it is imported.
+
+    >>> import mstx_marks.capture.presets  # it declares its names
+    >>> "| comma-separated: verl, vllm, " in markdown_table()
+    True
+    """
+    _preset_names[:] = names
+    _preset_aliases.clear()
+    _preset_aliases.update(aliases)
+
+
+def _as_shown(v: Variable) -> Variable:
+    if v.name != INSTRUMENT or not _preset_names:
+        return v
+    others = "".join(f" (`{a}` is `{name}`'s other name)" for a, name in _preset_aliases.items())
+    return v._replace(
+        values=f"comma-separated: {', '.join(_preset_names)}", meaning=v.meaning + others
+    )
+
+
 def markdown_table() -> str:
-    """The README's table of environment variables.
+    """The README's table of environment variables (with the preset names the presets declared,
+    once :mod:`mstx_marks.capture.presets` is imported).
 
     >>> markdown_table().splitlines()[0]
     '| variable | values | what it does |'
     """
     rows = ["| variable | values | what it does |", "|---|---|---|"]
-    rows += [f"| `{v.name}` | {v.values} | {v.meaning} |" for v in VARIABLES]
+    rows += [f"| `{v.name}` | {v.values} | {v.meaning} |" for v in map(_as_shown, VARIABLES)]
     return "\n".join(rows)

@@ -343,29 +343,20 @@ def _profiler_config(path: str) -> list[Finding]:
 
 
 def _out_folder() -> list[Finding]:
-    """``MSTX_MARKS_OUT``: every process makes the folder (and ``spill/`` in it) when it first
-    writes, so it must be a folder, or creatable under the nearest folder that exists."""
+    """``MSTX_MARKS_OUT``: decided as every process of the job decides it, by making the folder
+    and writing a probe file there (:func:`~mstx_marks.export.out.cannot_write`)."""
     out = env.text(env.OUT)
     if out is None:
         return []
-    path = Path(out)
-    name = f"{env.OUT}={out}"
-    if path.exists():
-        if not path.is_dir():
-            return [Finding("stop", "files", f"{name} is a file, not a folder: nothing is written")]
-        if not os.access(path, os.W_OK | os.X_OK):
-            return [Finding("stop", "files", f"{name} is a folder this user cannot write to")]
-        return [Finding("ok", "files", f"{name} is a writable folder")]
-    parent = path.absolute().parent
-    while not parent.exists():
-        parent = parent.parent
-    if not parent.is_dir():
-        return [Finding("stop", "files", f"{name} cannot be created: {parent} is a file")]
-    if not os.access(parent, os.W_OK | os.X_OK):
-        return [
-            Finding("stop", "files", f"{name} cannot be created: {parent} is not writable here")
-        ]
-    return [Finding("ok", "files", f"{name} will be created (under {parent}, writable)")]
+    from mstx_marks.export.out import cannot_write
+
+    existed = os.path.isdir(out)
+    problem = cannot_write(out)
+    name = f"{env.OUT}={env.shown(out)}"
+    if problem is not None:
+        return [Finding("stop", "files", f"{env.OUT}: {problem}; nothing is written")]
+    made = "" if existed else " (made now)"
+    return [Finding("ok", "files", f"{name} is a folder this user can write{made}")]
 
 
 def _set_variables() -> list[Finding]:
@@ -373,7 +364,7 @@ def _set_variables() -> list[Finding]:
     # and inherited by what it starts; the user rarely sets it.
     seen = [v.name for v in env.VARIABLES if env.text(v.name) is not None and v.name != env.RUN]
     out = [Finding("ok", "environment", "set: " + ", ".join(seen))] if seen else []
-    if env.text(env.RUN) is not None:
+    if env.run_id_given():  # not the one this process made (MSTX_MARKS_OUT at its import)
         text = f"{env.RUN}={env.quoted(env.text(env.RUN) or '')}: the job's run id (mstx_marks"
         out.append(Finding("ok", "environment", text + " sets it for the processes it starts)"))
     return out
@@ -460,7 +451,11 @@ def verdict(findings: list[Finding]) -> str:
 
 
 def run_doctor(profiler_config: str | None = None, as_json: bool = False) -> int:
-    """Print the findings and the verdict; exit status 1 when ranges would not get through."""
+    """Print the findings and the verdict; exit status 1 when ranges would not get through.
+
+    The doctor is no process of the job: what ``MSTX_MARKS_OUT`` started at its import (a
+    recording, which would end by saying it recorded nothing) is dropped first, unwritten."""
+    settings.reset()
     findings = diagnose(profiler_config)
     line = verdict(findings)
     if as_json:

@@ -1,6 +1,7 @@
 """The one state of this process: what was asked, the backend in force, the gates, the recorder,
-the held ranges and the output session, with :meth:`Process.start_over` the one way to begin
-again, for a test (``reset``) or a forked child alike.
+the held ranges, the output session and what presets and recipes armed, with
+:meth:`Process.start_over` the one way to begin again, for a test (``reset``) or a forked child
+alike.
 
 Everything a range site reads lives on :data:`PROCESS`, so that no module keeps a copy that a
 reset or a fork could leave behind. The logic that fills it sits above this module (it is the
@@ -97,6 +98,12 @@ class Process:
         self.host_gates: dict[str | None, Gate] = {}
         #: The output session of :mod:`mstx_marks.export.out`, once one is made.
         self.session: Part | None = None
+        #: What the presets armed (preset -> its options) and the profiler captures armed and
+        #: not done (:mod:`mstx_marks.capture.presets`, :mod:`mstx_marks.profiling.recipes`).
+        #: Kept when the process starts over: the patches they made stay in place, in a forked
+        #: child too, and arming one again must not patch twice.
+        self.presets: dict[str, object] = {}
+        self.captures: list[object] = []
         self.settings = Settings(self)
         # Installed by the modules above at import (see the module docstring).
         self.route_all: Callable[[], None] = _not_installed

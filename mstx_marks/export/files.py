@@ -36,6 +36,7 @@ import time
 from pathlib import Path
 from typing import BinaryIO, Iterator
 
+from mstx_marks.base.env import shown
 from mstx_marks.base.forking import new_lock
 from mstx_marks.base.records import TraceFileError
 
@@ -49,6 +50,7 @@ __all__ = [
     "open_new_file",
     "open_regular",
     "our_folder",
+    "probe_folder",
     "scratch_file",
     "sweep_temps",
     "unlink_below",
@@ -115,6 +117,79 @@ def _check_owner(path: Path, st: os.stat_result) -> None:
             f"not writing into {path}: it belongs to another user (uid {st.st_uid}) and others"
             " may write it"
         )
+
+
+def probe_folder(folder: str | Path) -> str | None:
+    """Why ``folder`` cannot take files, in a few words, or None when it can: decided by doing
+    what a write does. The folder is made with its parents (as ``mkdir -p``; it stays), and a
+    probe file (a temporary's name: readers skip it, :func:`sweep_temps` removes a leftover) is
+    written in it and removed. ``os.access`` cannot decide it: it tells root yes for
+    ``/proc/x``, where no folder can be made, and for file systems that refuse writes.
+
+    >>> import tempfile, pathlib
+    >>> root = pathlib.Path(tempfile.mkdtemp())
+    >>> probe_folder(root / "new" / "prof"), (root / "new" / "prof").is_dir()
+    (None, True)
+    >>> (root / "a_file").write_text("")
+    0
+    >>> probe_folder(root / "a_file" / "prof") == f"{root / 'a_file'} is a file"
+    True
+    """
+    path = Path(folder)
+    missing: list[Path] = []
+    here = path
+    while True:
+        try:
+            st = os.stat(here)
+            break
+        except (FileNotFoundError, NotADirectoryError):  # made below: look above
+            if here.parent == here:
+                return "no folder of its path exists"
+            missing.append(here)
+            here = here.parent
+        except OSError as exc:  # a name too long, a loop of links, a folder we may not search
+            return exc.strerror or str(exc)
+    if not stat.S_ISDIR(st.st_mode):
+        return "it is a file" if here == path else f"{shown(here)} is a file"
+    for part in reversed(missing):
+        try:
+            os.mkdir(part, 0o777)
+        except FileExistsError:  # another process of the job made it meanwhile
+            continue
+        except OSError as exc:
+            return _refused(exc, part.parent, path)
+    try:
+        fd, name = tempfile.mkstemp(
+            prefix=f".mstx_marks-probe.{os.getpid()}@{_host()}.", suffix=".tmp", dir=path
+        )
+    except OSError as exc:
+        return _refused(exc, path, path)
+    try:
+        os.write(fd, b"mstx_marks")
+    except OSError as exc:
+        return _refused(exc, path, path)
+    finally:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(name)
+    return None
+
+
+#: How :func:`probe_folder` says the usual refusals (strerror's words for the rest).
+_REFUSALS = {
+    errno.EACCES: "permission denied",
+    errno.EPERM: "permission denied",
+    errno.EROFS: "read-only file system",
+    errno.ENOSPC: "no space left on the device",
+}
+
+
+def _refused(exc: OSError, where: Path, path: Path) -> str:
+    """``exc``, met making a folder or a file in ``where`` on the way to ``path``, in words."""
+    if exc.errno == errno.ENOENT:  # the folder above exists, yet none can be made: /proc
+        return f"{shown(where)} takes no new folders"
+    reason = _REFUSALS.get(exc.errno or 0) or (exc.strerror or str(exc)).lower()
+    return reason if where == path else f"{reason} (in {shown(where)})"
 
 
 _DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)

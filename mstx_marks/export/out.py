@@ -66,7 +66,6 @@ import multiprocessing
 import os
 import shutil
 import signal
-import stat
 import sys
 import threading
 import time
@@ -81,7 +80,8 @@ from mstx_marks.base.diagnostics import warn, warn_once
 from mstx_marks.base.forking import after_fork_in_child, new_lock
 from mstx_marks.core import configuration as settings
 from mstx_marks.core.process import PROCESS
-from mstx_marks.export.files import folder_below
+from mstx_marks.export.files import folder_below, probe_folder
+from mstx_marks.export.live_beat import Beat
 from mstx_marks.export.signals import chain_signal
 from mstx_marks.export.spill import Spill
 from mstx_marks.export.stream import ExportTimedOut, export_spill
@@ -98,9 +98,11 @@ __all__ = [
 
 
 def cannot_write(folder: str | Path) -> str | None:
-    """``"cannot write FOLDER: REASON"`` when ``folder`` (made when first written, with its
-    parents) cannot take files, as far as can be told without writing there; else None. What
-    activation and ``mstx-marks run --out`` say at once, rather than the exit hours later.
+    """``"cannot write FOLDER: REASON"`` when ``folder`` cannot take files, else None: decided
+    by making it (with its parents) and writing a probe file there
+    (:func:`~mstx_marks.export.files.probe_folder`), not by ``os.access``, which tells root yes
+    for ``/proc/x``. What activation and ``mstx-marks run --out`` say at once, rather than the
+    exit hours later.
 
     >>> import tempfile
     >>> cannot_write(tempfile.mkdtemp()) is None
@@ -110,30 +112,8 @@ def cannot_write(folder: str | Path) -> str | None:
     True
     """
     path = _absolute(folder)
-    shown = env.shown(path)
-    probe = path
-    while True:
-        try:
-            st = os.stat(probe)
-            break
-        except (FileNotFoundError, NotADirectoryError):  # made when first written: look above
-            if probe.parent == probe:
-                return f"cannot write {shown}: no folder of its path exists"
-            probe = probe.parent
-        except OSError as exc:  # a name too long, a loop of links, a folder we may not search
-            return f"cannot write {shown}: {exc.strerror or exc}"
-    if not stat.S_ISDIR(st.st_mode):
-        return f"cannot write {shown}: {'it' if probe == path else env.shown(probe)} is a file"
-    if os.access(probe, os.W_OK | os.X_OK):
-        return None
-    try:
-        read_only = bool(os.statvfs(probe).f_flag & os.ST_RDONLY)
-    except (OSError, AttributeError):
-        read_only = False
-    reason = "read-only file system" if read_only else "permission denied"
-    return f"cannot write {shown}: {reason}" + (
-        "" if probe == path else f" (in {env.shown(probe)})"
-    )
+    problem = probe_folder(path)
+    return None if problem is None else f"cannot write {env.shown(path)}: {problem}"
 
 
 def _absolute(folder: str | Path) -> Path:
@@ -153,11 +133,21 @@ def process_role() -> str:
        ...), else its name; in another Ray worker, ``ray_task``;
     3. a named multiprocessing process's name (vLLM's ``EngineCore_DP0``, ``VllmWorker-0``);
     4. the script's name (``main_ppo``, ``train``; a package run with ``-m``, the package's:
-       ``mstx_marks`` for ``python -m mstx_marks``), else ``main`` (``python -c``, a REPL).
+       ``mstx_marks`` for ``python -m mstx_marks``; ``stdin`` for ``python - <<EOF``), else
+       ``main`` (``python -c``, a REPL).
 
-    Ray is never imported for this: only a process that already imported it is asked. Cheap
-    enough to call at every spill (an actor's role is kept once found).
+    It starts with a letter or a digit (any other leading characters are dropped): the
+    process's file names start with it, and ``ls``, ``rm`` and ``cp`` take a name that starts
+    with ``-`` for an option. Ray is never imported for this: only a process that already
+    imported it is asked. Cheap enough to call at every spill (an actor's role is kept once
+    found).
     """
+    role = _role()
+    start = next((i for i, c in enumerate(role) if c.isascii() and c.isalnum()), None)
+    return "main" if start is None else role[start:]
+
+
+def _role() -> str:
     role = env.text(env.ROLE)
     if role:
         return role
@@ -172,6 +162,8 @@ def process_role() -> str:
     path = Path(sys.argv[0] if sys.argv else "")
     # ``python -m package`` runs package/__main__.py: the package says more than __main__.
     script = path.parent.name if path.stem == "__main__" else path.stem
+    if script == "-":  # the program came on standard input
+        return "stdin"
     return script if script and script not in ("-c", "-m") else "main"
 
 
@@ -268,6 +260,7 @@ class OutSession:
 
     def _begin(self) -> None:
         self.spill = Spill(self.out_dir, self.recorder, rank=self._rank(), role=process_role())
+        self.beat = Beat(self.out_dir)  # (a live reader's word of how far the spill is written)
         self.writer = Writer(self._serve, self.interval, failed=self._failed,
                              at_exit=self._program_done, name="mstx_marks spill")  # fmt: skip
         # Woken when the recorder is half full, not only every interval: a loop recording a
@@ -359,7 +352,11 @@ class OutSession:
         """What the writer does when it wakes: the requests in order (the same request twice in
         one batch is done once), else spill what completed (the interval, or a signal)."""
         if not batch:
+            through = self.beat.due()  # (read before the write: see live_beat)
             self.write_now()
+            spill = self.spill
+            opens = [] if through is None else self.recorder.open_ranges(spill._cursor)
+            self.beat.write(through, spill.path.name, spill.instance, os.getpid(), spill.run, opens)
             return
         done: dict[tuple[str, int], Any] = {}
         for request in batch:

