@@ -12,9 +12,9 @@ writer (:func:`~mstx_marks.export.chrome.write_chrome_trace`):
 It times, in a fresh process each, ``python -m mstx_marks summary DIR --json`` on ``overlap`` and
 ``sequential`` and ``summary DIR --json --html FILE --svg FILE`` on ``nested`` (wall seconds; a
 command past ``--timeout`` is stopped and shown as ``>T``), then the three functions these
-shapes stressed, in this process: :func:`~mstx_marks.analysis.aggregate.breakdown` and
-:func:`~mstx_marks.analysis.stages.nested_repeats` on ``overlap``, and
-:func:`~mstx_marks.analysis.timeline.assign_lanes` on ``nested``.
+shapes stressed, in this process: :func:`~mstx_marks.analysis.model.aggregate.breakdown` and
+:func:`~mstx_marks.analysis.model.stages.nested_repeats` on ``overlap``, and
+:func:`~mstx_marks.analysis.render.timeline.assign_lanes` on ``nested``.
 
 Run it from the repository root: ``python3 benchmarks/analysis_shapes.py [--n N] [--m M]
 [--timeout S]``. Generated folders are kept under ``--work`` and reused.
@@ -44,9 +44,9 @@ from typing import Any, Callable
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from mstx_marks.analysis.aggregate import breakdown  # noqa: E402
-from mstx_marks.analysis.stages import nested_repeats  # noqa: E402
-from mstx_marks.analysis.timeline import assign_lanes  # noqa: E402
+from mstx_marks.analysis.model.aggregate import breakdown  # noqa: E402
+from mstx_marks.analysis.model.stages import nested_repeats  # noqa: E402
+from mstx_marks.analysis.render.timeline import assign_lanes  # noqa: E402
 from mstx_marks.base.records import RangeRecord, RankTrace  # noqa: E402
 from mstx_marks.export.chrome import write_chrome_trace  # noqa: E402
 

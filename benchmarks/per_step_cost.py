@@ -1,4 +1,4 @@
-"""What the per-step analysis (``analysis/rl_steps.py``) costs ``summary``: the same inputs
+"""What the per-step analysis (``analysis/model/rl_steps.py``) costs ``summary``: the same inputs
 summarised with it and without it (``--no-per-step``), side by side, in fresh processes, the
 two modes alternated so that a busy machine weighs on both alike.
 

@@ -10,7 +10,8 @@ an Ascend database of them (:func:`~mstx_marks.export.ascend_db.write_ascend_db`
 ``python -m mstx_marks summary DIR --json`` on it in a fresh process and prints, as JSON: the
 events written and counted, the file's size, the command's peak RSS
 (``os.wait4``'s ``ru_maxrss`` of that child) and its wall time. ``--in-memory`` lifts the limits of
-:mod:`mstx_marks.analysis.stream` (and, for a Chrome trace, parses it whole) in the child, to
+:mod:`mstx_marks.analysis.readers.stream` (and, for a Chrome trace, parses it whole) in the child,
+to
 see what holding every record would take.
 
 ``--bomb`` summarises instead a gzip of ``N`` MB of JSON whitespace (default 600, a megabyte or

@@ -56,9 +56,9 @@ from typing import Sequence
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from mstx_marks.analysis.aggregate import ProcessPart  # noqa: E402
+from mstx_marks.analysis.model.aggregate import ProcessPart  # noqa: E402
+from mstx_marks.analysis.model.steps import StepOptions  # noqa: E402
 from mstx_marks.analysis.readers import part_of_file, peak_estimate  # noqa: E402
-from mstx_marks.analysis.steps import StepOptions  # noqa: E402
 from mstx_marks.analysis.summary import (  # noqa: E402
     MEMORY_BUDGET,
     FilesRead,

@@ -14,12 +14,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from support.recorded import PID, T0, TID, rng, synthetic_rank
 
-from mstx_marks.analysis.aggregate import aggregate_trace
-from mstx_marks.analysis.merge import merged_chrome_trace
+from mstx_marks.analysis.model.aggregate import aggregate_trace
 from mstx_marks.analysis.readers.ascend_sql import aggregate_db
-from mstx_marks.analysis.report_html import phase_color, report_data
+from mstx_marks.analysis.render.merge import merged_chrome_trace
+from mstx_marks.analysis.render.report_html import phase_color, report_data
+from mstx_marks.analysis.render.summary_text import format_json, format_table
 from mstx_marks.analysis.summary import load_traces, summarize, summarize_path
-from mstx_marks.analysis.summary_text import format_json, format_table
 from mstx_marks.base.records import InstantRecord, RangeRecord, RankTrace
 from mstx_marks.export import read_chrome_trace, write_ascend_db, write_chrome_trace
 from mstx_marks.export.chrome import OVERLAP_TID, chrome_trace

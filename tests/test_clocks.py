@@ -1,4 +1,4 @@
-"""Clock alignment across machines and processes (analysis/clocks.py), checked against truth:
+"""Clock alignment across machines and processes (analysis/model/clocks.py), checked against truth:
 synthetic jobs written as our own spills with true nanosecond times, a second machine's clock
 250 ms ahead with asymmetric slack (so a midpoint is not exact by construction), read back
 through ``mstx-marks summary --json`` and checked within the bound that output states."""
@@ -38,7 +38,7 @@ from support.clock_jobs import (
     write_job,
 )
 
-from mstx_marks.analysis.clocks import ClockNote, MachineClock, marzullo, match_calls
+from mstx_marks.analysis.model.clocks import ClockNote, MachineClock, marzullo, match_calls
 from mstx_marks.base.records import Member
 from mstx_marks.cli.main import main
 

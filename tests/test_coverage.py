@@ -12,9 +12,9 @@ import pytest
 from support.recorded import rng
 
 import mstx_marks
-from mstx_marks.analysis import stages, stream
-from mstx_marks.analysis.coverage import EXPECTATIONS, check_coverage, expected_phases
-from mstx_marks.analysis.readers import chrome_json, find_trace_files, part_of_file
+from mstx_marks.analysis.model import stages
+from mstx_marks.analysis.model.coverage import EXPECTATIONS, check_coverage, expected_phases
+from mstx_marks.analysis.readers import chrome_json, find_trace_files, part_of_file, stream
 from mstx_marks.analysis.summary import format_json, load_traces, summarize, summarize_path
 from mstx_marks.base.records import InstantRecord, RankTrace
 from mstx_marks.capture.presets import built

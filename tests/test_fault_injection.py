@@ -839,7 +839,7 @@ def test_15_one_bad_value_leaves_the_rest_summarised(tmp_path: Any) -> None:
 
 
 def test_16_a_comment_opener_escapes_and_long_names_are_cut(tmp_path: Any) -> None:
-    from mstx_marks.analysis.report_html import write_html_report
+    from mstx_marks.analysis.render.report_html import write_html_report
     from mstx_marks.analysis.summary import format_table, summarize
     from mstx_marks.base.records import RangeRecord
     from mstx_marks.export import RankTrace

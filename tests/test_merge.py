@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from support.recorded import recorded_rank, rng, synthetic_rank, two_overlapping_tasks
 
-from mstx_marks.analysis.merge import STEP_CATEGORY, merged_chrome_trace, nesting_tracks
+from mstx_marks.analysis.render.merge import STEP_CATEGORY, merged_chrome_trace, nesting_tracks
 from mstx_marks.analysis.summary import load_traces, summarize
 from mstx_marks.base.records import RangeRecord
 from mstx_marks.cli.main import main as cli_main

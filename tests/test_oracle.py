@@ -21,7 +21,7 @@ from support.oracle import (
     write_spills,
 )
 
-from mstx_marks.analysis import stream
+from mstx_marks.analysis.readers import stream
 from mstx_marks.cli.main import main
 
 

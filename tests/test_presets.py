@@ -578,7 +578,7 @@ def test_nothing_patched_warns_only_where_a_targeted_module_was_imported(
 
 
 def test_registry_knows_verl_0_9_and_mindspeed_rl_names() -> None:
-    from mstx_marks.analysis.coverage import EXPECTATIONS
+    from mstx_marks.analysis.model.coverage import EXPECTATIONS
     from mstx_marks.base import phases
 
     assert {

@@ -19,8 +19,8 @@ import pytest
 from support.stand_ins import fake_module
 
 import mstx_marks
-from mstx_marks.analysis.aggregate import aggregate_trace, combine
-from mstx_marks.analysis.coverage import check_coverage, expected_phases
+from mstx_marks.analysis.model.aggregate import aggregate_trace, combine
+from mstx_marks.analysis.model.coverage import check_coverage, expected_phases
 from mstx_marks.base.records import RangeRecord, RankTrace
 from mstx_marks.capture import presets
 

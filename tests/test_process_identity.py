@@ -1,7 +1,8 @@
 """A process is (boot id, pid, instance): processes of one role and rank that run at once are
 as many lanes of the per-step analysis; one that restarted is one lane whose lives keep each
 its own host and clock, and the restart is said. Checked against synthetic jobs with true
-times written as our own spills, through ``mstx-marks summary --json`` (analysis/clocks.py)."""
+times written as our own spills, through ``mstx-marks summary --json``
+(analysis/model/clocks.py)."""
 
 from __future__ import annotations
 
@@ -28,9 +29,9 @@ from support.clock_jobs import (
     write_job,
 )
 
-from mstx_marks.analysis.clocks import align
-from mstx_marks.analysis.rl_steps_text import steps_json
-from mstx_marks.analysis.spans import ProcessSpans
+from mstx_marks.analysis.model.clocks import align
+from mstx_marks.analysis.model.spans import ProcessSpans
+from mstx_marks.analysis.render.rl_steps_text import steps_json
 from mstx_marks.analysis.summary import load_traces, summarize
 from mstx_marks.base.records import Member, Origin
 

@@ -19,8 +19,7 @@ from typing import Any, Callable, Iterator
 import pytest
 from support.recorded import PID, T0, TID
 
-from mstx_marks.analysis import stream
-from mstx_marks.analysis.readers import ascend_sql, chrome_json, part_of_file
+from mstx_marks.analysis.readers import ascend_sql, chrome_json, part_of_file, stream
 from mstx_marks.analysis.summary import Summary, load_traces, summarize, summarize_path
 from mstx_marks.backends.record import Recorder
 from mstx_marks.base.records import InstantRecord, Member, RangeRecord, Record

@@ -299,7 +299,7 @@ def test_the_summary_reads_every_phase(runs: Runs, processes: list[ProcessRanges
 
 
 def test_the_per_step_table_puts_every_roles_phases_in_each_step(runs: Runs) -> None:
-    """The summary's per-step model (analysis/rl_steps.py): the trainer's 2 steps are the
+    """The summary's per-step model (analysis/model/rl_steps.py): the trainer's 2 steps are the
     job's; the phases of the trainer, the FSDP workers, the agent loop and vLLM's engine all fall
     in each of them; and the FSDP worker sits idle through the rollout the trainer waits for."""
     done = cli(runs.python, "summary", runs.out, "--json")

@@ -1,4 +1,5 @@
-"""The HTML report's style and scripts are package data (mstx_marks/analysis/report/): inlined
+"""The HTML report's style and scripts are package data (mstx_marks/analysis/render/report/):
+inlined
 verbatim into each page, parsed by node (its syntax check: the one JavaScript tool that runs
 offline here), and shipped in the wheel and the sdist, where an installed copy finds them."""
 
@@ -16,12 +17,12 @@ from pathlib import Path
 import pytest
 from support.recorded import synthetic_rank
 
-from mstx_marks.analysis import report_html
-from mstx_marks.analysis.report_html import ASSETS, asset, render_html
+from mstx_marks.analysis.render import report_html
+from mstx_marks.analysis.render.report_html import ASSETS, asset, render_html
 from mstx_marks.analysis.summary import summarize
 
 ROOT = Path(__file__).resolve().parents[1]
-FOLDER = ROOT / "mstx_marks" / "analysis" / "report"
+FOLDER = ROOT / "mstx_marks" / "analysis" / "render" / "report"
 
 
 def test_every_file_of_the_folder_is_inlined_verbatim_into_the_page() -> None:
@@ -98,7 +99,7 @@ def test_the_wheel_and_the_sdist_ship_the_files_and_an_installed_copy_reads_them
     assert build.returncode == 0, build.stderr[-3000:]
     (built,) = [line for line in build.stdout.splitlines() if line.startswith("built ")]
     wheel_name, sdist_name = built.split()[1:]
-    wanted = {f"mstx_marks/analysis/report/{n}" for n in ASSETS}
+    wanted = {f"mstx_marks/analysis/render/report/{n}" for n in ASSETS}
     with zipfile.ZipFile(dist / wheel_name) as zf:
         assert wanted <= set(zf.namelist())
         site = tmp_path / "site"
@@ -108,7 +109,7 @@ def test_the_wheel_and_the_sdist_ship_the_files_and_an_installed_copy_reads_them
     # The installed copy (not this checkout: PYTHONPATH first, run from elsewhere) finds them.
     probe = (
         "import json, mstx_marks\n"
-        "from mstx_marks.analysis.report_html import ASSETS, render_html\n"
+        "from mstx_marks.analysis.render.report_html import ASSETS, render_html\n"
         "from mstx_marks.analysis.summary import summarize\n"
         "from mstx_marks.base.records import RangeRecord, RankTrace\n"
         "t = [RankTrace(0, [RangeRecord('gen', 'default', 0, 5, 1, 1)])]\n"

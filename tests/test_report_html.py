@@ -13,7 +13,7 @@ import pytest
 from support.chromium import page_errors, rendered, run_chromium
 from support.recorded import PID, T0, TID, rng, synthetic_rank
 
-from mstx_marks.analysis.report_html import MIN_BAR_PX, render_html, report_data
+from mstx_marks.analysis.render.report_html import MIN_BAR_PX, render_html, report_data
 from mstx_marks.analysis.summary import summarize
 from mstx_marks.base.records import RangeRecord
 from mstx_marks.cli.main import main as cli_main

@@ -1,7 +1,7 @@
-"""The HTML report's pipeline view (analysis/report/pipeline.js): the per-step model of
-analysis/rl_steps.py drawn per step x process in headless Chromium. What it draws is the
+"""The HTML report's pipeline view (analysis/render/report/pipeline.js): the per-step model of
+analysis/model/rl_steps.py drawn per step x process in headless Chromium. What it draws is the
 model's, read back from the SVG Chromium built: one lane per role x rank, each process at true
-times (its step's bins, analysis/step_bins.py: each bin's busy time what the process's ranges
+times (its step's bins, analysis/model/step_bins.py: each bin's busy time what the process's ranges
 cover there, the bins adding up to the model's busy figure), the critical path at its times,
 the waited-for ticks on the work they waited for, the long tail the model's what-if names; for
 a synchronous job, an async one whose generation overlaps training, and random ones
@@ -19,9 +19,9 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from support.chromium import SvgShapes, rendered, run_chromium
 
-from mstx_marks.analysis.report_html import pipeline_data, render_html, report_data
-from mstx_marks.analysis.rl_steps import StepAnalysis
-from mstx_marks.analysis.rl_steps_text import steps_json
+from mstx_marks.analysis.model.rl_steps import StepAnalysis
+from mstx_marks.analysis.render.report_html import pipeline_data, render_html, report_data
+from mstx_marks.analysis.render.rl_steps_text import steps_json
 from mstx_marks.analysis.summary import summarize
 from mstx_marks.base.records import Member, RangeRecord, RankTrace
 

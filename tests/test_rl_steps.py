@@ -1,4 +1,5 @@
-"""Where each RL step's time goes across processes (analysis/spans.py, rl_steps.py): a synthetic
+"""Where each RL step's time goes across processes (analysis/model/spans.py, rl_steps.py): a
+synthetic
 job of a trainer, two FSDP workers and a rollout engine on two hosts, read from memory, from
 spills and in one pass; and the attribution's invariants under hypothesis."""
 
@@ -12,12 +13,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mstx_marks.analysis import stream
-from mstx_marks.analysis.batches import Batches
-from mstx_marks.analysis.rl_steps import StepAnalysis, analyse, fences_needed
-from mstx_marks.analysis.rl_steps_text import format_steps, steps_json
-from mstx_marks.analysis.spans import ProcessSpans, SpanSet
-from mstx_marks.analysis.steps import Step
+from mstx_marks.analysis.model.batches import Batches
+from mstx_marks.analysis.model.rl_steps import StepAnalysis, analyse, fences_needed
+from mstx_marks.analysis.model.spans import ProcessSpans, SpanSet
+from mstx_marks.analysis.model.steps import Step
+from mstx_marks.analysis.readers import stream
+from mstx_marks.analysis.render.rl_steps_text import format_steps, steps_json
 from mstx_marks.analysis.summary import format_json, format_table, summarize, summarize_path
 from mstx_marks.base.records import Member, RangeRecord, RankTrace
 
@@ -198,7 +199,7 @@ def test_the_summary_prints_and_writes_the_per_step_table() -> None:
 
 
 def test_the_summary_without_the_per_step_part() -> None:
-    from mstx_marks.analysis.steps import StepOptions
+    from mstx_marks.analysis.model.steps import StepOptions
 
     summary = summarize(job_traces(), steps=StepOptions(per_step=False))
     assert summary.per_step is None

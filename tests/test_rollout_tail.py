@@ -1,4 +1,5 @@
-"""The rollout long tail of each RL step (analysis/batches.py, rl_steps.py's ``RolloutTail``): a
+"""The rollout long tail of each RL step (analysis/model/batches.py, rl_steps.py's
+``RolloutTail``): a
 trainer and four vLLM engines, one slow, one whose ranges carry no args, a step no engine ran
 in; the counts merged across parts and files; its invariants under hypothesis."""
 
@@ -13,12 +14,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mstx_marks.analysis import stream
-from mstx_marks.analysis.batches import Batches
-from mstx_marks.analysis.rl_steps import StepAnalysis, analyse
-from mstx_marks.analysis.rl_steps_text import format_steps, steps_json
-from mstx_marks.analysis.spans import ProcessSpans
-from mstx_marks.analysis.steps import Step
+from mstx_marks.analysis.model.batches import Batches
+from mstx_marks.analysis.model.rl_steps import StepAnalysis, analyse
+from mstx_marks.analysis.model.spans import ProcessSpans
+from mstx_marks.analysis.model.steps import Step
+from mstx_marks.analysis.readers import stream
+from mstx_marks.analysis.render.rl_steps_text import format_steps, steps_json
 from mstx_marks.analysis.summary import summarize, summarize_path
 from mstx_marks.base.records import Member, RangeRecord, RankTrace, Record
 

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from mstx_marks.analysis.report_html import report_data
+from mstx_marks.analysis.model.top_phases import MAX_PHASES
+from mstx_marks.analysis.render.report_html import report_data
+from mstx_marks.analysis.render.timeline import render_svg
 from mstx_marks.analysis.summary import format_table, run_summary, summarize
-from mstx_marks.analysis.timeline import render_svg
-from mstx_marks.analysis.top_phases import MAX_PHASES
 from mstx_marks.base.records import RangeRecord, RankTrace
 from mstx_marks.export.chrome import write_chrome_trace
 

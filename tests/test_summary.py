@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from support.recorded import T0, records, rng, synthetic_rank
 
-from mstx_marks.analysis.steps import DEFAULT_STEP_NAMES
+from mstx_marks.analysis.model.steps import DEFAULT_STEP_NAMES
 from mstx_marks.analysis.summary import (
     fold_name,
     format_json,
@@ -283,7 +283,7 @@ def test_processes_of_one_rank_in_different_roles_are_never_merged(
 
 
 def _part_key(part: object) -> object:
-    from mstx_marks.analysis.aggregate import ProcessPart
+    from mstx_marks.analysis.model.aggregate import ProcessPart
 
     assert isinstance(part, ProcessPart)
     phases = {
@@ -300,9 +300,9 @@ def _part_key(part: object) -> object:
 def test_a_database_summarised_in_sql_equals_its_records_summarised(
     tmp_path_factory: pytest.TempPathFactory, recs: list[Record], named: bool
 ) -> None:
-    from mstx_marks.analysis.aggregate import aggregate_trace
+    from mstx_marks.analysis.model.aggregate import aggregate_trace
+    from mstx_marks.analysis.model.steps import StepOptions
     from mstx_marks.analysis.readers.ascend_sql import aggregate_db
-    from mstx_marks.analysis.steps import StepOptions
     from mstx_marks.export import read_ascend_db
 
     path = tmp_path_factory.mktemp("db") / "ascend_pytorch_profiler_4.db"
@@ -333,8 +333,8 @@ def test_streamed_in_parallel_equals_read_in_memory(
 def test_cross_rank_percentiles_are_exact_or_within_the_sketch_bound(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from mstx_marks.analysis import aggregate
-    from mstx_marks.analysis.quantiles import RELATIVE_ERROR, percentile
+    from mstx_marks.analysis.model import aggregate
+    from mstx_marks.analysis.model.quantiles import RELATIVE_ERROR, percentile
 
     traces = []
     for rank in range(4):

@@ -1,5 +1,6 @@
 """Issue 20, item 14 ("Memory is not bounded"): a spill or Chrome trace too large to hold is
-summarised in one pass (:mod:`mstx_marks.analysis.stream`) with the figures the in-memory path
+summarised in one pass (:mod:`mstx_marks.analysis.readers.stream`) with the figures the in-memory
+path
 gives, says what it cannot give, is refused by the timelines with its name, and stays in bounded
 memory; ``summary`` reads as many files at once as its memory budget allows.
 
@@ -23,11 +24,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mstx_marks.analysis import readers, stream
+from mstx_marks.analysis import readers
 from mstx_marks.analysis import summary as summary_module
-from mstx_marks.analysis.aggregate import SAMPLE_LIMIT, ProcessPart
-from mstx_marks.analysis.quantiles import RELATIVE_ERROR
-from mstx_marks.analysis.readers import chrome_json, part_of_file, peak_estimate, read_trace_file
+from mstx_marks.analysis.model.aggregate import SAMPLE_LIMIT, ProcessPart
+from mstx_marks.analysis.model.quantiles import RELATIVE_ERROR
+from mstx_marks.analysis.readers import (
+    chrome_json,
+    part_of_file,
+    peak_estimate,
+    read_trace_file,
+    stream,
+)
 from mstx_marks.analysis.summary import (
     format_json,
     format_table,

@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 from support.engine_run import clean_env, read_json, scenario, venv_python
 
-from mstx_marks.analysis.quantiles import RELATIVE_ERROR
-from mstx_marks.analysis.spans import SHIP_LIMIT
+from mstx_marks.analysis.model.quantiles import RELATIVE_ERROR
+from mstx_marks.analysis.model.spans import SHIP_LIMIT
 from mstx_marks.analysis.summary import format_json, summarize_path
 from mstx_marks.cli.main import main
 

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from support.recorded import PID, T0, TID, rng, synthetic_rank
 
+from mstx_marks.analysis.model.steps import StepOptions
 from mstx_marks.analysis.readers import find_trace_files, read_trace_file
-from mstx_marks.analysis.steps import StepOptions
+from mstx_marks.analysis.render.timeline import render_svg
 from mstx_marks.analysis.summary import load_traces, summarize_path
-from mstx_marks.analysis.timeline import render_svg
 from mstx_marks.base.records import InstantRecord, Member, RangeRecord
 from mstx_marks.cli.main import main as cli_main
 from mstx_marks.export import RankTrace, export_rank, write_ascend_db, write_chrome_trace

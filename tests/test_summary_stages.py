@@ -1,5 +1,5 @@
 """One stage marked twice is counted once; the frameworks' own annotations are kept apart from the
-user's phases (:mod:`mstx_marks.analysis.stages`).
+user's phases (:mod:`mstx_marks.analysis.model.stages`).
 
 verl's discrete profiling puts its own MSTX range (``actor_compute_log_prob``, from
 ``DistProfiler.annotate``) and ours (``compute_log_prob``) directly around one stage call on one
@@ -18,11 +18,10 @@ from pathlib import Path
 import pytest
 from support.recorded import PID, T0, TID
 
-from mstx_marks.analysis import stream
-from mstx_marks.analysis.aggregate import PhaseSummary, aggregate_trace
-from mstx_marks.analysis.readers import chrome_json, part_of_file, read_trace_file
-from mstx_marks.analysis.stages import NestFrontier, nested_repeats
-from mstx_marks.analysis.stream import StreamAggregator
+from mstx_marks.analysis.model.aggregate import PhaseSummary, aggregate_trace
+from mstx_marks.analysis.model.stages import NestFrontier, nested_repeats
+from mstx_marks.analysis.readers import chrome_json, part_of_file, read_trace_file, stream
+from mstx_marks.analysis.readers.stream import StreamAggregator
 from mstx_marks.analysis.summary import format_table, load_traces, summarize, summarize_path
 from mstx_marks.backends.record import Recorder
 from mstx_marks.base.records import Member, RangeRecord, Record

@@ -13,10 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from support.recorded import PID, T0, TID, rng, synthetic_rank, two_overlapping_tasks
 
-from mstx_marks.analysis.report_html import report_data
-from mstx_marks.analysis.steps import fold_name
+from mstx_marks.analysis.model.steps import fold_name
+from mstx_marks.analysis.render.report_html import report_data
+from mstx_marks.analysis.render.timeline import MIN_BAR_PX, assign_lanes, render_svg, write_svg
 from mstx_marks.analysis.summary import summarize
-from mstx_marks.analysis.timeline import MIN_BAR_PX, assign_lanes, render_svg, write_svg
 from mstx_marks.base.records import RangeRecord, RankTrace
 
 SVG = "{http://www.w3.org/2000/svg}"

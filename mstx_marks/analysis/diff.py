@@ -2,7 +2,7 @@
 change is more than the runs' own step-to-step noise (``mstx-marks diff``).
 
 Each run is summarised as ``summary`` does, and its per-step model
-(:mod:`mstx_marks.analysis.rl_steps`) gives, per role and phase, one value per step where the
+(:mod:`mstx_marks.analysis.model.rl_steps`) gives, per role and phase, one value per step where the
 phase ran (a validation every other step is compared over the steps that ran it, never
 diluted by the others' zeros): the time that step waited for, the phase's time on the role's
 slowest rank in it. Rows ``(busy)`` and ``(idle)`` are the role's busiest rank's busy time and
@@ -41,9 +41,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
-from mstx_marks.analysis.aggregate import Summary
-from mstx_marks.analysis.rl_steps import StepAnalysis
-from mstx_marks.analysis.steps import StepOptions
+from mstx_marks.analysis.model.aggregate import Summary
+from mstx_marks.analysis.model.rl_steps import StepAnalysis
+from mstx_marks.analysis.model.steps import StepOptions
 from mstx_marks.base.diagnostics import counted
 
 if TYPE_CHECKING:
@@ -233,9 +233,9 @@ def diff_models(
 ) -> RunDiff:
     """The rows of two per-step models, largest change first.
 
-    >>> from mstx_marks.analysis.rl_steps import analyse
-    >>> from mstx_marks.analysis.spans import ProcessSpans
-    >>> from mstx_marks.analysis.steps import Step
+    >>> from mstx_marks.analysis.model.rl_steps import analyse
+    >>> from mstx_marks.analysis.model.spans import ProcessSpans
+    >>> from mstx_marks.analysis.model.steps import Step
     >>> from mstx_marks.base.records import Member
     >>> def run(gen):  # five steps of 100, gen taking the first ``gen`` of each
     ...     t = ProcessSpans()
@@ -343,7 +343,7 @@ def run_diff(
     its two newest (the older as the base). ``new`` naming ``base`` again (``DIR/``, ``./DIR``,
     a link to it) is refused unless the runs are named; a run against itself is refused.
     ``threshold_pct``: see :func:`check_threshold`. ``reader``: where the files are read
-    (``--ray``: on each node of a Ray cluster, :mod:`mstx_marks.analysis.cluster`)."""
+    (``--ray``: on each node of a Ray cluster, :mod:`mstx_marks.analysis.readers.cluster`)."""
     if threshold_pct is not None:
         check_threshold(threshold_pct)
     steps = steps or StepOptions()

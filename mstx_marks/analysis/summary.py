@@ -11,12 +11,14 @@ GPU all say rank 0, and only their roles tell them apart, so two roles are never
 A stage marked twice (a range nested directly in one of the same phase of the registry on its
 thread, as verl's ``actor_compute_log_prob`` around ours) counts once, which a note says; the
 annotations PyTorch and HCCL make by themselves (``nccl:all_reduce``, ``Optimizer.step#...``,
-``hccl:<op>``) are shown apart from the user's phases (:mod:`mstx_marks.analysis.stages`).
+``hccl:<op>``) are shown apart from the user's phases (:mod:`mstx_marks.analysis.model.stages`).
 
 :func:`summarize_path` (what the command runs) streams: each file is reduced where it is read,
-in worker processes, to a few numbers per phase (:mod:`mstx_marks.analysis.aggregate`; a database
+in worker processes, to a few numbers per phase (:mod:`mstx_marks.analysis.model.aggregate`; a
+database
 inside SQLite), so memory does not grow with the number of ranks; a spill or Chrome trace too
-large to hold is summarised in one pass (:mod:`mstx_marks.analysis.stream`: no self times for
+large to hold is summarised in one pass (:mod:`mstx_marks.analysis.readers.stream`: no self times
+for
 it, which a note says), so it does not grow with the events of one process either. Workers read
 as many files at once as keep the largest readings' memory within :data:`MEMORY_BUDGET`
 (:func:`memory_jobs`). :func:`load_traces` and :func:`summarize` do the same from traces held
@@ -44,8 +46,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, NamedTuple, Protocol, Sequence, TypeVar
 
-from mstx_marks.analysis import stream
-from mstx_marks.analysis.aggregate import (
+from mstx_marks.analysis.model.aggregate import (
     PhaseSummary,
     PoolBudget,
     ProcessPart,
@@ -54,21 +55,10 @@ from mstx_marks.analysis.aggregate import (
     aggregate_trace,
     combine,
 )
-from mstx_marks.analysis.copies import Copy, RunPick, pick_copies, pick_run
-from mstx_marks.analysis.quantiles import RELATIVE_ERROR
-from mstx_marks.analysis.readers import (
-    find_trace_files,
-    part_of_file,
-    peak_estimate,
-    read_trace_file,
-    streams_of_file,
-)
-from mstx_marks.analysis.readers.chrome_json import NothingToRead
-from mstx_marks.analysis.readers.pool import Progress, default_jobs, map_files
-from mstx_marks.analysis.rl_steps import fences_needed
-from mstx_marks.analysis.rl_steps_text import write_json
-from mstx_marks.analysis.spans import ProcessSpans
-from mstx_marks.analysis.steps import (
+from mstx_marks.analysis.model.quantiles import RELATIVE_ERROR
+from mstx_marks.analysis.model.rl_steps import fences_needed
+from mstx_marks.analysis.model.spans import ProcessSpans
+from mstx_marks.analysis.model.steps import (
     StepOptions,
     file_notes,
     file_step_keys,
@@ -78,9 +68,21 @@ from mstx_marks.analysis.steps import (
     with_notes,
     with_steps,
 )
-from mstx_marks.analysis.stream import StreamAggregator, TooLargeToHold
-from mstx_marks.analysis.summary_text import format_csv, format_json, format_table, printable
-from mstx_marks.analysis.top_phases import MAX_PHASES
+from mstx_marks.analysis.model.top_phases import MAX_PHASES
+from mstx_marks.analysis.readers import (
+    find_trace_files,
+    part_of_file,
+    peak_estimate,
+    read_trace_file,
+    stream,
+    streams_of_file,
+)
+from mstx_marks.analysis.readers.chrome_json import NothingToRead
+from mstx_marks.analysis.readers.copies import Copy, RunPick, pick_copies, pick_run
+from mstx_marks.analysis.readers.pool import Progress, default_jobs, map_files
+from mstx_marks.analysis.readers.stream import StreamAggregator, TooLargeToHold
+from mstx_marks.analysis.render.rl_steps_text import write_json
+from mstx_marks.analysis.render.summary_text import format_csv, format_json, format_table, printable
 from mstx_marks.base.records import Member, Origin, RankTrace, TraceFileError
 
 __all__ = [
@@ -122,7 +124,8 @@ def summarize(
 ) -> Summary:
     """Statistics of the ranges in ``traces`` (one per role and rank), per role, phases in order
     of first start.
-    Steps are found as :mod:`mstx_marks.analysis.steps` says (``steps`` names the step phase and
+    Steps are found as :mod:`mstx_marks.analysis.model.steps` says (``steps`` names the step phase
+    and
     key)."""
     parts = [aggregate_trace(t, fold, steps) for t in traces]
     for i, lane, fences in _needing_fences(parts):  # (the second pass: see the function)
@@ -134,7 +137,7 @@ def summarize(
 
 def _needing_fences(parts: Sequence[ProcessPart]) -> list[tuple[int, int | None, tuple[int, ...]]]:
     """The processes to read a second time, their spans never joined across the job's step
-    edges (:func:`~mstx_marks.analysis.rl_steps.fences_needed`: those bounding memory joined
+    edges (:func:`~mstx_marks.analysis.model.rl_steps.fences_needed`: those bounding memory joined
     across one): which part (its index), which of its lanes (None: its own spans), and the
     edges on its clock."""
     where: dict[int, tuple[int, int | None]] = {}
@@ -179,7 +182,8 @@ def _select(
     run: str | None = None,
 ) -> tuple[dict[Member, list[Copy[T]]], RunPick[T]]:
     """The copies to use, of one run (the newest unless ``run`` says), grouped by role, then
-    rank (see :mod:`mstx_marks.analysis.copies`), and the run they are of; what they lost goes
+    rank (see :mod:`mstx_marks.analysis.readers.copies`), and the run they are of; what they lost
+    goes
     to ``notes``."""
     picked = pick_run(loaded, run, errors, notes)
     chosen, more = pick_copies(picked.loaded, errors)
@@ -277,8 +281,9 @@ def load_traces(
 
     A file that cannot be read is an error naming it, and the others are still read; a folder
     that cannot be listed is an error too. Several processes of one role and rank are summed as
-    one; a process in several files is used once (:mod:`mstx_marks.analysis.copies`). With
-    ``steps``, each trace's ``steps`` are the ones :func:`mstx_marks.analysis.steps.find_steps`
+    one; a process in several files is used once (:mod:`mstx_marks.analysis.readers.copies`). With
+    ``steps``, each trace's ``steps`` are the ones
+    :func:`mstx_marks.analysis.model.steps.find_steps`
     finds. ``run`` picks the run (an id, or ``"all"``; default the newest).
     """
     traces, errors, notes, _ = _load(path, steps, run)
@@ -360,8 +365,8 @@ def _held_group(
     member: Member, files: list[tuple[Path, tuple[frozenset[int], str]]]
 ) -> list[RankTrace]:
     """The traces of ``member`` in ``files``, every record held; raises
-    :class:`~mstx_marks.analysis.stream.TooLargeToHold` when its spills would hold more than
-    :data:`~mstx_marks.analysis.stream.MAX_HELD_EVENTS` events together (one spill may)."""
+    :class:`~mstx_marks.analysis.readers.stream.TooLargeToHold` when its spills would hold more than
+    :data:`~mstx_marks.analysis.readers.stream.MAX_HELD_EVENTS` events together (one spill may)."""
     budget = stream.MAX_HELD_EVENTS
     group = []
     for path, who in files:
@@ -501,9 +506,10 @@ def read_members(
 class PartReader(Protocol):
     """How the files under a folder become parts: the one step of :func:`summarize_path` that
     depends on where they lie. :class:`LocalReader` reads them with this machine's processes;
-    :class:`mstx_marks.analysis.cluster.RayReader` with a task on each node of a Ray cluster,
+    :class:`mstx_marks.analysis.readers.cluster.RayReader` with a task on each node of a Ray
+    cluster,
     which runs :func:`read_files` and :func:`read_members` on that node's own disk. Whatever a
-    :class:`~mstx_marks.analysis.aggregate.ProcessPart` holds travels back alike."""
+    :class:`~mstx_marks.analysis.model.aggregate.ProcessPart` holds travels back alike."""
 
     def files(
         self, root: Path, steps: StepOptions, jobs: int | None, progress: bool
@@ -627,7 +633,7 @@ def summarize_path(
 
     Files are read by ``jobs`` worker processes (default: one per CPU, fewer when large files
     would take more than :data:`MEMORY_BUDGET` together, see :func:`memory_jobs`), each file
-    reduced to a :class:`~mstx_marks.analysis.aggregate.ProcessPart` where it is read; a
+    reduced to a :class:`~mstx_marks.analysis.model.aggregate.ProcessPart` where it is read; a
     progress line goes to stderr when there are more than a few files. Workers fold names with
     the built-in phase registry (pass ``jobs=1`` to fold with phases registered in this process).
     ``reader`` says where the files are read (see :class:`PartReader`; default: here).
@@ -674,7 +680,7 @@ def run_summary(
     pictures need every range, so only from files read here).
 
     The table, the HTML report and the SVG legend show each role's
-    :data:`~mstx_marks.analysis.top_phases.MAX_PHASES` phases of most time and one row for the
+    :data:`~mstx_marks.analysis.model.top_phases.MAX_PHASES` phases of most time and one row for the
     rest; ``all_phases`` shows every one. The CSV and JSON always hold every phase."""
     max_phases = None if all_phases else MAX_PHASES
     outputs = (("--svg", svg), ("--html", html), ("--trace", trace))
@@ -718,9 +724,9 @@ def _write_outputs(
     files: tuple[str | None, str | None, str | None],
     max_phases: int | None = MAX_PHASES,
 ) -> int:
-    from mstx_marks.analysis.merge import write_merged_trace
-    from mstx_marks.analysis.report_html import write_html_report
-    from mstx_marks.analysis.timeline import write_svg
+    from mstx_marks.analysis.render.merge import write_merged_trace
+    from mstx_marks.analysis.render.report_html import write_html_report
+    from mstx_marks.analysis.render.timeline import write_svg
 
     svg, html, trace = files
 

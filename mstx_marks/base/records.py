@@ -211,7 +211,7 @@ class RankTrace:
     thread_names: Dict[int, str] = field(default_factory=dict)
     #: Where the process recorded and on which clock (see :class:`Origin`), when its file says
     #: it: processes of one machine can then be put on its one monotonic clock, and machines
-    #: aligned (:mod:`mstx_marks.analysis.clocks`).
+    #: aligned (:mod:`mstx_marks.analysis.model.clocks`).
     host: str = ""
     anchor_ns: Optional[int] = None
     boot_id: str = ""

@@ -36,9 +36,9 @@ from datetime import timedelta
 from pathlib import Path
 from typing import NamedTuple, Optional
 
-from mstx_marks.analysis.report_html import write_html_report
+from mstx_marks.analysis.render.report_html import write_html_report
+from mstx_marks.analysis.render.timeline import write_svg
 from mstx_marks.analysis.summary import fold_name, format_table, load_traces, summarize
-from mstx_marks.analysis.timeline import write_svg
 from mstx_marks.backends import detect
 from mstx_marks.backends.noop import NoopBackend
 from mstx_marks.base import env as mstx_env

@@ -223,7 +223,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _coverage_args(p: argparse.ArgumentParser) -> None:
-    from mstx_marks.analysis.coverage import EXPECTATIONS
+    from mstx_marks.analysis.model.coverage import EXPECTATIONS
 
     p.add_argument("path", help="a folder of traces (MSTX_MARKS_OUT, the demo's, a capture)")
     p.add_argument(
@@ -252,7 +252,7 @@ def _reader(address: str | None) -> Iterator[Any]:
     if address is None:
         yield None
         return
-    from mstx_marks.analysis.cluster import ClusterError, RayReader
+    from mstx_marks.analysis.readers.cluster import ClusterError, RayReader
 
     try:
         reader = RayReader(address)
@@ -298,7 +298,7 @@ def _check_expectation(spec: str) -> str | None:
     phase outside the registry is written with a comma (``my_phase,``)."""
     import difflib
 
-    from mstx_marks.analysis.coverage import EXPECTATIONS
+    from mstx_marks.analysis.model.coverage import EXPECTATIONS
     from mstx_marks.base.phases import canonical
 
     for part in (p.strip() for p in spec.split("+")):
@@ -320,7 +320,7 @@ def _check_expectation(spec: str) -> str | None:
 
 
 def _coverage(args: argparse.Namespace) -> int:
-    from mstx_marks.analysis.coverage import check_coverage, expected_phases
+    from mstx_marks.analysis.model.coverage import check_coverage, expected_phases
     from mstx_marks.analysis.summary import load_traces
 
     problem = _check_expectation(args.expect)
@@ -349,7 +349,7 @@ def _coverage(args: argparse.Namespace) -> int:
 def _coverage_on_nodes(path: str, address: str, expected: list[str]) -> tuple[Any, list[str]]:
     """Coverage of the summary's parts of ``path`` read on every node (``coverage --ray``):
     ``(report or None when nothing was read, errors)``; the nodes read go to stderr."""
-    from mstx_marks.analysis.coverage import check_parts
+    from mstx_marks.analysis.model.coverage import check_parts
     from mstx_marks.analysis.summary import member_parts
 
     with _reader(address) as reader:
@@ -389,7 +389,7 @@ def _summary_args(p: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="also write the whole job as one Chrome/Perfetto trace to FILE",
     )
-    from mstx_marks.analysis.steps import default_steps  # (small: the phase registry alone)
+    from mstx_marks.analysis.model.steps import default_steps  # (small: the phase registry alone)
 
     p.add_argument(
         "--step-name",
@@ -431,7 +431,7 @@ def _summary_args(p: argparse.ArgumentParser) -> None:
 
 
 def _summary(args: argparse.Namespace) -> int:
-    from mstx_marks.analysis.steps import StepOptions
+    from mstx_marks.analysis.model.steps import StepOptions
     from mstx_marks.analysis.summary import run_summary
 
     if args.jobs is not None and args.jobs < 1:
@@ -496,7 +496,7 @@ def _threshold(text: str) -> float:
 
 def _diff(args: argparse.Namespace) -> int:
     from mstx_marks.analysis.diff import run_diff
-    from mstx_marks.analysis.steps import StepOptions
+    from mstx_marks.analysis.model.steps import StepOptions
 
     if args.jobs is not None and args.jobs < 1:
         print(f"error: --jobs {args.jobs}: must be at least 1", file=sys.stderr)

@@ -12,7 +12,8 @@ without nesting (asyncio tasks gathered on one thread) would be drawn inside eac
 the extra ones named ``<thread> (overlap K)``, given thread ids from :data:`OVERLAP_TID` up and
 listed in ``otherData.threads`` (``"pid:tid"`` to the real thread), so that
 :func:`read_chrome_trace` reads them back onto their thread. The per-rank traces and the merged
-job timeline (:mod:`mstx_marks.analysis.merge`) both use it. What the user attached to a range
+job timeline (:mod:`mstx_marks.analysis.render.merge`) both use it. What the user attached to a
+range
 (``mark(name, args={...})``) goes in the event's ``args`` beside ``domain`` (and ``open``); should
 one of the user's keys be ``domain``, ``open`` or ``args``, the user's whole mapping goes under
 ``args.args`` instead, so nothing is overwritten and :func:`read_chrome_trace` gives it back.
@@ -21,7 +22,7 @@ Values JSON cannot hold are written as their ``str()``.
 ``otherData.clock`` holds a wall/monotonic clock pair (``time.time_ns()``,
 ``time.monotonic_ns()``) taken when the file is written: the records are on the wall clock
 already, and a reader meeting timestamps on a clock since boot can shift them by the pair's
-difference (see :mod:`mstx_marks.analysis.merge`). Where each process recorded and on which
+difference (see :mod:`mstx_marks.analysis.render.merge`). Where each process recorded and on which
 clock is its own entry's: ``otherData.ranks[R]`` holds the recording process's ``host``,
 ``boot_id``, ``anchor_ns`` and ``clock_step_ns`` (:class:`~mstx_marks.base.records.Origin`;
 those of the spill it was exported from, never the writer's), which
@@ -114,7 +115,8 @@ GENERATOR = "mstx_marks"
 _NS_PER_S = 1_000_000_000
 #: The ``args`` keys this module writes itself.
 RESERVED_ARGS = frozenset({"domain", "open", "args"})
-# The merged job timeline's step track (mstx_marks.analysis.merge.STEP_CATEGORY): not records.
+# The merged job timeline's step track (mstx_marks.analysis.render.merge.STEP_CATEGORY): not
+# records.
 _STEP_CATEGORY = "mstx_marks.step"
 
 
@@ -882,7 +884,7 @@ def _process_trace(path: Path, cpid: int, info: dict[int, Any]) -> RankTrace:
 def read_chrome_doc(path: Path, doc: Any, sink: RecordSink | None = None) -> list[RankTrace]:
     """:func:`read_chrome_trace` of a document already loaded from ``path``.
 
-    A merged job timeline (:mod:`mstx_marks.analysis.merge`) lists its processes in
+    A merged job timeline (:mod:`mstx_marks.analysis.render.merge`) lists its processes in
     ``otherData.processes`` (Chrome pid to rank, pid, role, steps) and the threads it split into
     tracks in ``otherData.threads``; it reads back as one trace per process.
 

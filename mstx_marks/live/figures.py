@@ -1,7 +1,7 @@
 """One step of the per-step model as flat metrics: the keys a trainer's logger is given.
 
 Made from the model as ``summary --json`` prints it (its ``per_step`` part,
-:func:`~mstx_marks.analysis.rl_steps_text.steps_json`), so a figure logged live and the same
+:func:`~mstx_marks.analysis.render.rl_steps_text.steps_json`), so a figure logged live and the same
 figure read from the job's files afterwards are one function of one model. Times in seconds
 (as verl's ``timing_s/*``), shares in [0, 1]; every key starts with ``mstx/``. A statistic over
 several processes ends its key (``.../max``, ``.../median``): verl's ``reduce_metrics`` keeps

@@ -21,7 +21,8 @@ waits for a process only until nothing new came from it for ``gone_s``. The figu
 ``summary``'s code (:func:`~mstx_marks.analysis.summary.summarize_path`) on what the spills hold
 from a little before the step on, each spill's lines written as a spill of its own in a scratch
 folder (the beat's open ranges added, as open then): the per-step model of the job's files, the
-same one ``mstx-marks summary --json`` prints afterwards (:mod:`mstx_marks.analysis.rl_steps`),
+same one ``mstx-marks summary --json`` prints afterwards
+(:mod:`mstx_marks.analysis.model.rl_steps`),
 and :func:`~mstx_marks.live.figures.step_figures` of its step whose end is the latest before
 ``t``.
 
@@ -321,7 +322,7 @@ class LiveSteps:
 
     def _make(self, call: StepCall, leave_out: list[str]) -> dict[str, float] | None:
         """The figures of ``call``'s step from what the spills hold, ``leave_out`` left out."""
-        from mstx_marks.analysis.rl_steps_text import steps_json
+        from mstx_marks.analysis.render.rl_steps_text import steps_json
         from mstx_marks.analysis.summary import summarize_path
         from mstx_marks.live.figures import step_figures
 

@@ -12,7 +12,7 @@ by ``export_rank``, one run id):
   whose processes lie on two nodes).
 
 Durations differ per node. This process connects through a
-:class:`~mstx_marks.analysis.cluster.RayReader` (its ``ray.init``), summarises
+:class:`~mstx_marks.analysis.readers.cluster.RayReader` (its ``ray.init``), summarises
 ``WORK/nodes/{node_id}`` with it (what each node's task did, the summary's JSON), runs
 ``mstx-marks summary ... --ray ADDRESS --json``, ``coverage`` and ``diff`` as a user would (in
 this process: a new driver would start new workers on every node, ten seconds here), measures
@@ -118,7 +118,7 @@ def on(node_id: str, fn: Any, *args: Any) -> Any:
 
 def read(address: str, path: Path, nodes: list[str] | None = None) -> dict[str, Any]:
     """``path`` summarised on the nodes (all, or ``nodes``): what each node did, the JSON."""
-    from mstx_marks.analysis.cluster import RayReader
+    from mstx_marks.analysis.readers.cluster import RayReader
     from mstx_marks.analysis.summary import format_json, summarize_path
 
     with RayReader(address, nodes) as reader:
@@ -140,7 +140,7 @@ def main(work: Path, result: Path) -> None:
     import ray
     from ray.cluster_utils import Cluster
 
-    from mstx_marks.analysis.cluster import RayReader
+    from mstx_marks.analysis.readers.cluster import RayReader
 
     began = time.monotonic()
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})

@@ -1,6 +1,6 @@
 """Headless Chromium (Debian's ``chromium``) for the HTML report's tests: load a page from a
 file, run its scripts, and read back the DOM they built, failing on any error the page's catcher
-(mstx_marks/analysis/report/errors.js) or the console saw."""
+(mstx_marks/analysis/render/report/errors.js) or the console saw."""
 
 from __future__ import annotations
 

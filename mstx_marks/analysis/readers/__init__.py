@@ -51,18 +51,17 @@ import zlib
 from pathlib import Path
 from typing import Any, Callable
 
-from mstx_marks.analysis import stream
-from mstx_marks.analysis.aggregate import ProcessPart, aggregate_trace
-from mstx_marks.analysis.mark_pairs import pair_marks
-from mstx_marks.analysis.readers import chrome_json
+from mstx_marks.analysis.model.aggregate import ProcessPart, aggregate_trace
+from mstx_marks.analysis.model.mark_pairs import pair_marks
+from mstx_marks.analysis.model.steps import StepOptions, fold_name, named_step, with_steps
+from mstx_marks.analysis.readers import chrome_json, stream
 from mstx_marks.analysis.readers.ascend_sql import aggregate_db, db_about, db_events, db_records
 from mstx_marks.analysis.readers.chrome_json import (
     NothingToRead,
     read_foreign_chrome,
     stream_trace_json,
 )
-from mstx_marks.analysis.steps import StepOptions, fold_name, named_step, with_steps
-from mstx_marks.analysis.stream import (
+from mstx_marks.analysis.readers.stream import (
     HoldOrStream,
     StreamAggregator,
     aggregate_spill,

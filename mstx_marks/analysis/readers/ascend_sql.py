@@ -4,11 +4,12 @@
 :mod:`mstx_marks.export.ascend_db` describes) with a handful of queries: the names once
 (``STRING_IDS``; a ``BLOB`` name is decoded as UTF-8 with replacement), the ranges once as plain
 tuples (thread, start, end, message, domain: their durations give exact per-rank percentiles,
-their nesting the self times, see :func:`~mstx_marks.analysis.aggregate.breakdown`, and the
-stages marked twice, see :mod:`mstx_marks.analysis.stages`), the first start of each message in
+their nesting the self times, see :func:`~mstx_marks.analysis.model.aggregate.breakdown`, and the
+stages marked twice, see :mod:`mstx_marks.analysis.model.stages`), the first start of each message
+in
 each domain, the steps (``STEP_TIME`` with their ids, or a step phase's ranges), and only those
-marks that may pair (``X_start``/``X_stop``, see :mod:`mstx_marks.analysis.mark_pairs`). It
-gives the same :class:`~mstx_marks.analysis.aggregate.ProcessPart` as reading the file with
+marks that may pair (``X_start``/``X_stop``, see :mod:`mstx_marks.analysis.model.mark_pairs`). It
+gives the same :class:`~mstx_marks.analysis.model.aggregate.ProcessPart` as reading the file with
 :func:`~mstx_marks.export.read_ascend_db` and aggregating the records (the tests hold the two to
 it), in a fraction of the time and memory.
 
@@ -47,11 +48,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, NamedTuple
 
-from mstx_marks.analysis.aggregate import ProcessPart, phase_agg
-from mstx_marks.analysis.mark_pairs import START_SUFFIX, STOP_SUFFIX, pair_marks
-from mstx_marks.analysis.readers.chrome_json import NothingToRead
-from mstx_marks.analysis.spans import spans_of_ranges
-from mstx_marks.analysis.stages import (
+from mstx_marks.analysis.model.aggregate import ProcessPart, phase_agg
+from mstx_marks.analysis.model.mark_pairs import START_SUFFIX, STOP_SUFFIX, pair_marks
+from mstx_marks.analysis.model.spans import spans_of_ranges
+from mstx_marks.analysis.model.stages import (
     UNCOVERED_DOMAIN,
     UNCOVERED_PREFIX,
     is_automatic,
@@ -59,7 +59,7 @@ from mstx_marks.analysis.stages import (
     range_name,
     unmarked_method,
 )
-from mstx_marks.analysis.steps import (
+from mstx_marks.analysis.model.steps import (
     PROFILER_STEP,
     Step,
     StepOptions,
@@ -70,6 +70,7 @@ from mstx_marks.analysis.steps import (
     steps_from_spans,
     with_notes,
 )
+from mstx_marks.analysis.readers.chrome_json import NothingToRead
 from mstx_marks.base.records import InstantRecord, RangeRecord, RankTrace, Record, TraceFileError
 from mstx_marks.export.ascend_db import (
     EVENT_INSTANT,
@@ -575,7 +576,7 @@ def _aggregate(
 
 def _unmarked(db: sqlite3.Connection, names: dict[int, str]) -> list[str]:
     """The hot-path methods the process ran unmarked: its ``uncovered`` instants (see
-    :func:`~mstx_marks.analysis.stages.unmarked_method`), sorted."""
+    :func:`~mstx_marks.analysis.model.stages.unmarked_method`), sorted."""
     said = [i for i, v in names.items() if v.startswith(UNCOVERED_PREFIX)]
     domains = [i for i, v in names.items() if v == UNCOVERED_DOMAIN]
     if not said or not domains:

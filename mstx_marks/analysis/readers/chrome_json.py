@@ -5,7 +5,7 @@
   ``user_annotation`` events (``record_function``; the ``gpu_user_annotation`` copies on the
   device, ``ProfilerStep#N``'s among them on ROCm, are left out so nothing counts twice),
   ``ProfilerStep#N`` is read as a range named
-  ``ProfilerStep`` with ``args={"step": N}`` (a step, see :mod:`mstx_marks.analysis.steps`).
+  ``ProfilerStep`` with ``args={"step": N}`` (a step, see :mod:`mstx_marks.analysis.model.steps`).
   Timestamps are microseconds since boot plus ``baseTimeNanoseconds``; the rank is
   ``distributedInfo.rank`` when torch.distributed was up.
 - **torch_npu's text export** (``ASCEND_PROFILER_OUTPUT/trace_view.json``): events as torch_npu's
@@ -56,7 +56,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any, Iterable, Iterator
 
-from mstx_marks.analysis.steps import PROFILER_STEP, FileTrace
+from mstx_marks.analysis.model.steps import PROFILER_STEP, FileTrace
 from mstx_marks.base.records import InstantRecord, RangeRecord, RankTrace, Record, TraceFileError
 from mstx_marks.export.chrome import RecordSink
 from mstx_marks.export.files import open_regular

@@ -18,11 +18,11 @@ import textwrap
 from dataclasses import asdict
 from typing import Any
 
-from mstx_marks.analysis.aggregate import PhaseSummary, Stats, Summary
-from mstx_marks.analysis.quantiles import RELATIVE_ERROR
-from mstx_marks.analysis.rl_steps_text import format_steps, steps_json
-from mstx_marks.analysis.steps import default_steps
-from mstx_marks.analysis.top_phases import MAX_PHASES, OtherPhases, top_phases
+from mstx_marks.analysis.model.aggregate import PhaseSummary, Stats, Summary
+from mstx_marks.analysis.model.quantiles import RELATIVE_ERROR
+from mstx_marks.analysis.model.steps import default_steps
+from mstx_marks.analysis.model.top_phases import MAX_PHASES, OtherPhases, top_phases
+from mstx_marks.analysis.render.rl_steps_text import format_steps, steps_json
 from mstx_marks.base.diagnostics import counted
 from mstx_marks.base.records import Member
 
@@ -224,9 +224,9 @@ def format_table(summary: Summary, max_phases: int | None = MAX_PHASES) -> str:
     its phases: a role's figures are never mixed with another's, even on the same rank. The
     annotations PyTorch and HCCL make by themselves follow the ``(unmarked)`` row, under
     :data:`AUTOMATIC`, without shares. Each role shows its ``max_phases`` phases of most total
-    time, the rest summed in one row (:mod:`~mstx_marks.analysis.top_phases`; ``None``: all).
+    time, the rest summed in one row (:mod:`~mstx_marks.analysis.model.top_phases`; ``None``: all).
     When a process has steps, the table ends with where each step's time goes, per process
-    (:func:`~mstx_marks.analysis.rl_steps_text.format_steps`).
+    (:func:`~mstx_marks.analysis.render.rl_steps_text.format_steps`).
 
     >>> from mstx_marks.base.records import RangeRecord, RankTrace
     >>> from mstx_marks.analysis.summary import summarize
@@ -312,7 +312,8 @@ _CSV_FIELDS = (
 def format_csv(summary: Summary) -> str:
     """One CSV row per role, phase and rank (``rank`` is ``all`` for the row across the role's
     ranks; ``automatic`` is ``True`` for an annotation the frameworks make by themselves, see
-    :mod:`~mstx_marks.analysis.stages`; ``role`` is the last column, empty when unknown). Every
+    :mod:`~mstx_marks.analysis.model.stages`; ``role`` is the last column, empty when unknown).
+    Every
     phase, however many: the CSV is for programs (the table folds beyond its cut)."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
@@ -330,9 +331,10 @@ def format_json(summary: Summary) -> dict[str, Any]:
     rank, ``ROLE:RANK`` (just ``RANK`` when the role is unknown), each with its ``role`` and
     ``rank``; each phase is one role's (its ``role``), its ``ranks`` keyed by that role's ranks.
     What is not known is null: the breakdown and self times of a process summarised in one pass
-    (:mod:`mstx_marks.analysis.stream`). Every phase, however many: the JSON is for programs
+    (:mod:`mstx_marks.analysis.readers.stream`). Every phase, however many: the JSON is for programs
     (the table folds beyond its cut). ``per_step`` is where each step's time goes, per process
-    (:func:`~mstx_marks.analysis.rl_steps_text.steps_json`), null when no process has steps."""
+    (:func:`~mstx_marks.analysis.render.rl_steps_text.steps_json`), null when no process has
+    steps."""
     return {
         "roles": summary.roles,
         "ranks": {

@@ -20,7 +20,8 @@ times and ``Summary.unmarked_ns`` (step time no phase covers) add up to the step
 ranges concurrent with others (another thread, asyncio tasks gathered on one thread) add
 ``Summary.concurrent_ns`` beyond it, and ranges outside every step ``Summary.outside_ns``.
 
-**Stages and automatic annotations** (:mod:`mstx_marks.analysis.stages`). A range nested directly
+**Stages and automatic annotations** (:mod:`mstx_marks.analysis.model.stages`). A range nested
+directly
 in a range of the same phase of the registry on the same thread counts once, with its parent
 (``merged`` says how many, and ``combine`` notes it). PyTorch's own annotations
 (``nccl:all_reduce``, ``Optimizer.step#...``, ...) and torch_npu's HCCL ranges are phases marked
@@ -42,12 +43,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
-from mstx_marks.analysis.batches import MODEL_STEPS, Batches
-from mstx_marks.analysis.mark_pairs import pair_marks
-from mstx_marks.analysis.quantiles import RELATIVE_ERROR, QuantileSketch, percentile
-from mstx_marks.analysis.rl_steps import StepAnalysis, analyse
-from mstx_marks.analysis.spans import ProcessSpans, spans_of_ranges
-from mstx_marks.analysis.stages import (
+from mstx_marks.analysis.model.batches import MODEL_STEPS, Batches
+from mstx_marks.analysis.model.mark_pairs import pair_marks
+from mstx_marks.analysis.model.quantiles import RELATIVE_ERROR, QuantileSketch, percentile
+from mstx_marks.analysis.model.rl_steps import StepAnalysis, analyse
+from mstx_marks.analysis.model.spans import ProcessSpans, spans_of_ranges
+from mstx_marks.analysis.model.stages import (
     is_automatic,
     merged_note,
     nested_repeats,
@@ -55,7 +56,7 @@ from mstx_marks.analysis.stages import (
     unmarked_method,
     unmarked_note,
 )
-from mstx_marks.analysis.steps import (
+from mstx_marks.analysis.model.steps import (
     FileTrace,
     Step,
     StepOptions,
@@ -129,7 +130,7 @@ class PhaseSummary:
     is_step: bool = False
     #: Whether this phase is an annotation the frameworks make by themselves (PyTorch's
     #: ``nccl:all_reduce``, ``Optimizer.step#...``; torch_npu's HCCL ranges), not the user's:
-    #: see :mod:`mstx_marks.analysis.stages`.
+    #: see :mod:`mstx_marks.analysis.model.stages`.
     automatic: bool = False
 
     def member(self, rank: int) -> Member:
@@ -147,7 +148,7 @@ class Summary:
     sources: dict[Member, str]
     errors: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-    #: Per member, the keys of its steps in order (see :mod:`mstx_marks.analysis.steps`), for
+    #: Per member, the keys of its steps in order (see :mod:`mstx_marks.analysis.model.steps`), for
     #: those whose steps are not simply numbered 1, 2, ... (an empty list: numbered in order).
     step_keys: dict[Member, list[str]] = field(default_factory=dict)
     #: Per member, step time no phase covers (on any thread): the breakdown's "unmarked" row.
@@ -157,17 +158,17 @@ class Summary:
     #: Per member, time of phases outside every step (counted in shares, not in step time).
     outside_ns: dict[Member, int] = field(default_factory=dict)
     #: The run read when the folder holds several (its id; ``"all"``: every one, summed), and
-    #: the ids of the others there, newest first (see :mod:`mstx_marks.analysis.copies`).
+    #: the ids of the others there, newest first (see :mod:`mstx_marks.analysis.readers.copies`).
     run: str = ""
     other_runs: list[str] = field(default_factory=list)
     #: Where each step's time goes across the processes (None: no process has steps, or
-    #: ``StepOptions.per_step`` was off): see :mod:`mstx_marks.analysis.rl_steps`.
+    #: ``StepOptions.per_step`` was off): see :mod:`mstx_marks.analysis.model.rl_steps`.
     per_step: StepAnalysis | None = None
     #: Per member whose steps are the job's (attributed to them by time, see ``per_step``),
     #: the process whose steps they are: its role's table counts them (not its own, if any).
     steps_of: dict[Member, Member] = field(default_factory=dict)
     #: What ``per_step`` was built from, each process's spans (by member): where in each step
-    #: its time lay, which the pictures draw (:mod:`mstx_marks.analysis.step_bins`).
+    #: its time lay, which the pictures draw (:mod:`mstx_marks.analysis.model.step_bins`).
     step_spans: list[tuple[Member, ProcessSpans]] = field(default_factory=list)
 
     @property
@@ -203,7 +204,7 @@ class PhaseAgg:
     sample: array[int] | None
     self_ns: int = 0
     #: The relative error of ``p50_ns``/``p90_ns``: 0 when exact, else read from ``sketch``
-    #: (a phase of a file summarised in one pass, :mod:`mstx_marks.analysis.stream`).
+    #: (a phase of a file summarised in one pass, :mod:`mstx_marks.analysis.readers.stream`).
     percentile_error: float = 0.0
 
 
@@ -260,7 +261,7 @@ class ProcessPart:
     concurrent_ns: int = 0
     outside_ns: int = 0
     #: Summarised in one pass, its records never held (a spill too large: see
-    #: :mod:`mstx_marks.analysis.stream`): self times and the breakdown are not known.
+    #: :mod:`mstx_marks.analysis.readers.stream`): self times and the breakdown are not known.
     streamed: bool = False
     #: Per phase, its ranges counted once with the range of the same phase around them: how
     #: many, and their time (not in its figures).
@@ -271,7 +272,7 @@ class ProcessPart:
     #: What its file's reader could not use, each naming the file (the summary's notes).
     notes: list[str] = field(default_factory=list)
     #: The hot-path methods its process ran unmarked (``<module>:<Class>.<method>``, sorted):
-    #: see :func:`~mstx_marks.analysis.stages.unmarked_method`.
+    #: see :func:`~mstx_marks.analysis.model.stages.unmarked_method`.
     unmarked: list[str] = field(default_factory=list)
     #: What its phases' ranges cover, for the per-step analysis (None when it is off).
     spans: ProcessSpans | None = None

@@ -4,7 +4,7 @@ these figures).
 
 **Steps.** The process that runs the loop defines the job's steps. Among the processes with
 steps of their own (verl's trainer ``step`` timer, or whatever
-:mod:`mstx_marks.analysis.steps` recognises), the *loop role* is the role with the fewest such
+:mod:`mstx_marks.analysis.model.steps` recognises), the *loop role* is the role with the fewest such
 processes (a driver rather than SPMD ranks; ties to the one with the longest steps, the outer
 loop, then by name), and its lowest rank is the *reference*: its steps, in time order, are the
 job's.
@@ -18,12 +18,12 @@ outside every step is ``outside_ns``. A process of the loop role with steps of i
 ranks, each timing its own ``train_step``) is attributed to its own steps instead, matched to
 the reference's by key, as msprof-analyze's ``cluster_time_summary`` joins ranks on (rank,
 step): its step length is its own. A process's figures are exact unless it held more ranges
-than are kept (:mod:`mstx_marks.analysis.spans`) and a step's edge cut a span joined to bound
+than are kept (:mod:`mstx_marks.analysis.model.spans`) and a step's edge cut a span joined to bound
 memory: ``uncertain_ns`` says by how much they may be off. Such a process is read a second
 time, its spans never joined across the job's step edges (:func:`fences_needed`: ``summary``
 does it), so that only a process with more steps than are kept needs it.
 
-**Clocks and processes** (:mod:`mstx_marks.analysis.clocks`). A process is its own lane (four
+**Clocks and processes** (:mod:`mstx_marks.analysis.model.clocks`). A process is its own lane (four
 engines of one role and rank are four; a restarted worker's lives are one lane, each placed by
 its own clock, and the restart is said). Processes of one machine (one boot id) share its
 monotonic clock and are aligned exactly; each other machine's offset is measured from the calls
@@ -47,7 +47,7 @@ next latest end)`` of their time inside it (the link then ends when the next lat
 largest saving of the step is kept.
 
 **Rollout long tail** of a step (:class:`RolloutTail`): the *engines* are the processes with
-vLLM's / SGLang's model-step ranges (:data:`~mstx_marks.analysis.batches.MODEL_STEPS`); an
+vLLM's / SGLang's model-step ranges (:data:`~mstx_marks.analysis.model.batches.MODEL_STEPS`); an
 engine's rollout time in a step is what those ranges cover there (their union: a prefill that
 overlaps a decode counts once). The slowest engine against
 the median, and the share of the rollout spent waiting for it, ``(slowest - median) /
@@ -55,8 +55,8 @@ slowest``; per engine its model steps, decode steps and their time, and the toke
 requests of its batches, summed, where every model step there carried them (None: not known,
 as from a reader that keeps no args).
 
->>> from mstx_marks.analysis.spans import ProcessSpans
->>> from mstx_marks.analysis.steps import Step
+>>> from mstx_marks.analysis.model.spans import ProcessSpans
+>>> from mstx_marks.analysis.model.steps import Step
 >>> trainer = ProcessSpans()
 >>> trainer.add(0, 40, "gen"); trainer.add(40, 90, "update_actor")
 >>> trainer.set_steps([Step(0, 100, "1", 100)])
@@ -79,9 +79,9 @@ from dataclasses import dataclass, field
 from operator import add
 from typing import Iterable
 
-from mstx_marks.analysis.batches import DECODE, MODEL_STEPS, BatchCounts
-from mstx_marks.analysis.clocks import ClockNote, align, edge_doubt
-from mstx_marks.analysis.spans import ProcessSpans, SpanSet
+from mstx_marks.analysis.model.batches import DECODE, MODEL_STEPS, BatchCounts
+from mstx_marks.analysis.model.clocks import ClockNote, align, edge_doubt
+from mstx_marks.analysis.model.spans import ProcessSpans, SpanSet
 from mstx_marks.base.diagnostics import counted
 from mstx_marks.base.records import Member, Span
 
@@ -248,8 +248,8 @@ class StepAnalysis:
         it ran no phase (its idle), its phases' time outside them; None when it is attributed
         to steps of its own, or has no figures.
 
-        >>> from mstx_marks.analysis.spans import ProcessSpans
-        >>> from mstx_marks.analysis.steps import Step
+        >>> from mstx_marks.analysis.model.spans import ProcessSpans
+        >>> from mstx_marks.analysis.model.steps import Step
         >>> t = ProcessSpans(); t.add(0, 30, "gen"); t.set_steps([Step(0, 50, "1", 50)])
         >>> w = ProcessSpans(); w.add(10, 20, "update_actor"); w.add(60, 70, "update_actor")
         >>> model = analyse([(Member("trainer", 0), t.finish()), (Member("worker", 0), w.finish())])
@@ -286,8 +286,8 @@ class StepAnalysis:
         """Per step where ``role`` has figures, the time the step waited for: ``phase``'s time
         on the role's slowest rank; for ``phase`` None, the busiest rank's busy time.
 
-        >>> from mstx_marks.analysis.spans import ProcessSpans
-        >>> from mstx_marks.analysis.steps import Step
+        >>> from mstx_marks.analysis.model.spans import ProcessSpans
+        >>> from mstx_marks.analysis.model.steps import Step
         >>> t = ProcessSpans(); t.add(0, 30, "gen"); t.set_steps([Step(0, 50, "1", 50)])
         >>> analyse([(Member("trainer", 0), t.finish())]).series("trainer", "gen")
         [30]
@@ -410,12 +410,12 @@ def fences_needed(
 ) -> list[tuple[ProcessSpans, list[int]]]:
     """The processes (their spans, as given to :func:`analyse`) that bounding memory joined
     across one of the job's step edges, each with those edges on its own clock: read again
-    with them as fences (``StepOptions.fences``, see :mod:`mstx_marks.analysis.spans`), their
+    with them as fences (``StepOptions.fences``, see :mod:`mstx_marks.analysis.model.spans`), their
     figures are exact. The second pass ``summary`` makes; nothing when every process is exact
     (the common case: no more ranges than are kept), and not a process attributed to its own
     steps (they fence it already) nor the lives of one that restarted (joined by the clocks).
 
-    >>> from mstx_marks.analysis.steps import Step
+    >>> from mstx_marks.analysis.model.steps import Step
     >>> trainer, engine = ProcessSpans(), ProcessSpans()
     >>> trainer.set_steps([Step(0, 1000, "1", 1000), Step(1000, 2000, "2", 1000)])
     >>> for i in range(200):

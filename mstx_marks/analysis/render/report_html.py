@@ -6,22 +6,22 @@ holds:
 - **the timeline**, most of the window high: one lane group per role and rank (by role, then
   rank; a header lane with its name and step labels, then a track per thread, named by its
   Python thread name when known; nested ranges one lane below what contains them, overlapping
-  ones on lanes of their own, as in :mod:`mstx_marks.analysis.timeline`), drawn on a canvas
+  ones on lanes of their own, as in :mod:`mstx_marks.analysis.render.timeline`), drawn on a canvas
   under a time axis with ticks and grid lines. The wheel zooms about the pointer (over the
   labels it scrolls the lanes), dragging pans, the buttons zoom, double-click resets. A bar is
   at least :data:`MIN_BAR_PX` wide, so a phase far shorter than a pixel still shows; hovering
   gives its true duration, name, role, rank, thread, start and ``args``. Instants are marked by
   triangles (hover: name, time, ``args``). The job's steps are dashed lines labelled with
-  their key: the summary's per-step model's (:mod:`~mstx_marks.analysis.rl_steps`, never found
+  their key: the summary's per-step model's (:mod:`~mstx_marks.analysis.model.rl_steps`, never found
   again here), whose clock alignment places every process (each moved by its shift). Each
   phase has one colour in every report and in the SVG timeline (:func:`phase_color`, from
-  the name: :mod:`~mstx_marks.analysis.colors`). Beyond
+  the name: :mod:`~mstx_marks.analysis.render.colors`). Beyond
   :data:`MAX_BARS` ranges only the longest are drawn (the page says how many were left out;
   the table still counts them all).
 - **the pipeline view**, beside it: the per-step model as a picture (an SVG), one lane per
   process (role x rank; the loop role first), each step a column band as wide as the step is
   long, a header with its key and length. Each lane is drawn at true times: its window in the
-  step (hatched: idle) holds a fixed number of bins (:mod:`~mstx_marks.analysis.step_bins`),
+  step (hatched: idle) holds a fixed number of bins (:mod:`~mstx_marks.analysis.model.step_bins`),
   each where it lay, coloured by its phase of most time and as opaque as its phases cover it;
   the bins' busy times add up to the step's. So an async job's generation overlapping training
   shows as it ran. A critical-path row draws the step's path at its times, and a red tick marks
@@ -33,7 +33,7 @@ holds:
 - **the per-phase table**: per phase its row across ranks and a row per rank (click the phase to
   fold them), inclusive step %, self time and self %, an ``(unmarked)`` row per role, and a
   note saying why the shares may pass 100 % (click a heading to sort by it). Each role's
-  :data:`~mstx_marks.analysis.top_phases.MAX_PHASES` phases of most time have a row, a colour
+  :data:`~mstx_marks.analysis.model.top_phases.MAX_PHASES` phases of most time have a row, a colour
   and a legend entry; the others one row, one grey, one entry (``max_phases=None``: all);
 - **rank imbalance**: per role and phase run on several ranks, each rank's total as a bar on a
   scale (ms, with the mean dashed), the slowest rank named with its total over the fastest's,
@@ -43,7 +43,7 @@ holds:
   per role there is no panel.
 
 Every name reaches the page as data and is inserted as text, never as markup. The style and
-the scripts are files of the package (``mstx_marks/analysis/report/``: :data:`ASSETS`), read
+the scripts are files of the package (``mstx_marks/analysis/render/report/``: :data:`ASSETS`), read
 with :mod:`importlib.resources` and inlined: the page is still one file.
 
 >>> from mstx_marks.base.records import RangeRecord, RankTrace
@@ -64,18 +64,18 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any, Sequence
 
-from mstx_marks.analysis.aggregate import PhaseSummary, Stats, Summary
-from mstx_marks.analysis.colors import OTHER_COLOR, PHASE_COLORS, phase_color
-from mstx_marks.analysis.mark_pairs import pair_marks
-from mstx_marks.analysis.rl_steps import StepAnalysis
-from mstx_marks.analysis.rl_steps_text import steps_json
-from mstx_marks.analysis.spans import ProcessSpans
-from mstx_marks.analysis.stages import range_name
-from mstx_marks.analysis.step_bins import step_bins
-from mstx_marks.analysis.steps import fold_name
-from mstx_marks.analysis.summary_text import cut, run_line
-from mstx_marks.analysis.timeline import assign_lanes
-from mstx_marks.analysis.top_phases import MAX_PHASES, OtherPhases, top_phases
+from mstx_marks.analysis.model.aggregate import PhaseSummary, Stats, Summary
+from mstx_marks.analysis.model.mark_pairs import pair_marks
+from mstx_marks.analysis.model.rl_steps import StepAnalysis
+from mstx_marks.analysis.model.spans import ProcessSpans
+from mstx_marks.analysis.model.stages import range_name
+from mstx_marks.analysis.model.step_bins import step_bins
+from mstx_marks.analysis.model.steps import fold_name
+from mstx_marks.analysis.model.top_phases import MAX_PHASES, OtherPhases, top_phases
+from mstx_marks.analysis.render.colors import OTHER_COLOR, PHASE_COLORS, phase_color
+from mstx_marks.analysis.render.rl_steps_text import steps_json
+from mstx_marks.analysis.render.summary_text import cut, run_line
+from mstx_marks.analysis.render.timeline import assign_lanes
 from mstx_marks.base.diagnostics import counted
 from mstx_marks.base.records import InstantRecord, Member, RangeRecord, RankTrace, Record
 from mstx_marks.export import atomic_write_bytes
@@ -194,20 +194,21 @@ def pipeline_data(
     spans: Sequence[tuple[Member, ProcessSpans]] = (),
 ) -> dict[str, Any] | None:
     """What the pipeline view draws: the per-step model in its one JSON form
-    (:func:`~mstx_marks.analysis.rl_steps_text.steps_json`, as ``summary --json`` writes it)
+    (:func:`~mstx_marks.analysis.render.rl_steps_text.steps_json`, as ``summary --json`` writes it)
     with its times (the steps' and their critical paths') less ``origin_ns``: JavaScript reads
     numbers as doubles, which hold an epoch in ns to 256 ns only, a time since the run's start
     exactly. Then the order of its lanes (indices into its ``processes``: by role as
-    :meth:`~mstx_marks.analysis.rl_steps.StepAnalysis.roles` orders them, the loop role first,
+    :meth:`~mstx_marks.analysis.model.rl_steps.StepAnalysis.roles` orders them, the loop role first,
     then by rank), each phase's colour, and ``bins``: where in each step each process's time
-    lay, cut from the ``spans`` the model was built from (:mod:`~mstx_marks.analysis.step_bins`):
+    lay, cut from the ``spans`` the model was built from
+    (:mod:`~mstx_marks.analysis.model.step_bins`):
     ``n`` per process and step, ``lanes[i]`` process ``i``'s, per step ``[start, end, covers,
     phases]`` (its window less ``origin_ns``, each bin's busy ns, each bin's phase as an index
     into ``names``, -1 none) or null where it has no figures; a process whose spans are not
     given has null. None without a model.
 
-    >>> from mstx_marks.analysis.rl_steps import analyse
-    >>> from mstx_marks.analysis.steps import Step
+    >>> from mstx_marks.analysis.model.rl_steps import analyse
+    >>> from mstx_marks.analysis.model.steps import Step
     >>> t = ProcessSpans(); t.add(100, 140, "gen"); t.set_steps([Step(100, 150, "1", 50)])
     >>> w = ProcessSpans(); w.add(105, 135, "gen")
     >>> spans = [(Member("a_worker", 0), w.finish()), (Member("trainer", 0), t.finish())]
@@ -266,7 +267,7 @@ def report_data(
 ) -> dict[str, Any]:
     """What the page draws, as plain JSON data (times in microseconds from ``origin_ns``, on
     the axis the summary's per-step model put the processes on: each moved by its clock
-    shift, :class:`~mstx_marks.analysis.rl_steps.ClockNote`).
+    shift, :class:`~mstx_marks.analysis.model.rl_steps.ClockNote`).
 
     ``groups`` are the lane groups, one per role and rank (a header lane, then each thread's
     lanes); ``bars`` are ``[lane, start, duration, name, args, open, raw name or 0]`` and
@@ -278,7 +279,7 @@ def report_data(
     here; with no model (no process has steps), there are none.
 
     ``phases`` (the table) are each role's ``max_phases`` phases of most time, ``others`` a row
-    per role for the rest (:mod:`~mstx_marks.analysis.top_phases`; ``None``: every phase). The
+    per role for the rest (:mod:`~mstx_marks.analysis.model.top_phases`; ``None``: every phase). The
     names past ``colors`` (``folded`` of them, cut to a table's width) are drawn in
     ``other_color`` under one legend entry: a page of 50,000 names stays a few MB and opens at
     once.
@@ -425,7 +426,7 @@ def asset(name: str) -> str:
     >>> "data-errors" in asset("errors.js")
     True
     """
-    text = (files("mstx_marks.analysis") / "report" / name).read_text(encoding="utf-8")
+    text = (files("mstx_marks.analysis.render") / "report" / name).read_text(encoding="utf-8")
     if "</" in text or "<!--" in text:
         raise ValueError(f"report/{name} holds '</' or '<!--': it cannot be inlined")
     return text

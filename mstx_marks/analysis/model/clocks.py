@@ -37,8 +37,8 @@ said as "at least" (Jaeger's clock-skew adjuster); no pairs, nothing applied ("n
 pairs that contradict (no offset satisfies them all), nothing applied, the pairs named, drift
 suspected. Time within the bound of a step's edge counts as uncertain (:func:`edge_doubt`).
 
->>> from mstx_marks.analysis.spans import ProcessSpans
->>> from mstx_marks.analysis.steps import Step
+>>> from mstx_marks.analysis.model.spans import ProcessSpans
+>>> from mstx_marks.analysis.model.steps import Step
 >>> from mstx_marks.base.records import Origin
 >>> t = ProcessSpans().identify(Origin("a", "boot-a", 0), [1], "")
 >>> t.add(0, 100, "update_actor"); t.set_steps([Step(0, 200, "1", 200)])
@@ -62,8 +62,8 @@ from bisect import bisect_right
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
 
-from mstx_marks.analysis.batches import MODEL_STEPS, Batches
-from mstx_marks.analysis.spans import ProcessSpans
+from mstx_marks.analysis.model.batches import MODEL_STEPS, Batches
+from mstx_marks.analysis.model.spans import ProcessSpans
 from mstx_marks.base import phases
 from mstx_marks.base.diagnostics import counted
 from mstx_marks.base.records import Member, Span
@@ -334,7 +334,7 @@ Pick = Callable[[list[tuple[Member, ProcessSpans]]], "tuple[str, Member] | None"
 def align(processes: Iterable[tuple[Member, ProcessSpans]], pick: Pick) -> Aligned:
     """The lanes and clocks of ``processes`` (each one process's finished spans: a member may
     come several times), ``pick`` choosing the loop role and reference among the lanes (see
-    :mod:`mstx_marks.analysis.rl_steps`); see the module's docstring."""
+    :mod:`mstx_marks.analysis.model.rl_steps`); see the module's docstring."""
     procs = [_Proc(m, s) for m, s in sorted(processes, key=lambda p: (p[0], _order_key(p[1])))]
     machines = _machines(procs)
     for p in procs:

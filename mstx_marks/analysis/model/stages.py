@@ -35,7 +35,7 @@ on (vLLM's worker, SGLang's model runner, verl's worker) and no preset wraps tha
 method, it records an instant ``uncovered <module>:<Class>.<method>`` in domain ``mstx_marks``
 (:mod:`mstx_marks.capture.presets.built`). It is a finding, not a phase nor one of the user's
 instants: :func:`unmarked_method` tells it; the summary lists it in a note, and ``mstx-marks
-coverage`` fails on it (:mod:`mstx_marks.analysis.coverage`).
+coverage`` fails on it (:mod:`mstx_marks.analysis.model.coverage`).
 
 >>> is_automatic("nccl:all_reduce"), is_automatic("Optimizer.step#AdamW.step")
 (True, True)
@@ -197,7 +197,8 @@ def unmarked_note(unmarked: dict[str, list[str]]) -> str:
 
 def nested_repeats(ranges: Sequence[tuple[Any, int, int, str]]) -> list[int]:
     """The indices of ``ranges`` (``(thread, start, -end, phase)``, as
-    :func:`~mstx_marks.analysis.aggregate.breakdown` takes them; not reordered) nested directly
+    :func:`~mstx_marks.analysis.model.aggregate.breakdown` takes them; not reordered) nested
+    directly
     in a range of the same phase on the same thread, a phase the registry knows
     (:func:`is_stage`): each repeats the stage its parent counts.
 

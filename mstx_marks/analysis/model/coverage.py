@@ -8,7 +8,7 @@ are folded through the registry, so ``actor_update`` (verl 0.9.1) satisfies ``up
 A process that builds the object a framework runs its hot path on, of a class no preset wraps
 (vllm-ascend's ``NPUWorker`` with only the ``vllm`` preset of an older release, a platform
 plugin's worker, a user's own), records an instant ``uncovered <module>:<Class>.<method>``
-(:mod:`mstx_marks.analysis.stages`). Each is reported per process, ``<Class>.<method> ran
+(:mod:`mstx_marks.analysis.model.stages`). Each is reported per process, ``<Class>.<method> ran
 unmarked in <process>``, and fails the check as a missing phase does: the phases that class
 runs are in no range, whatever else the run emitted.
 
@@ -29,8 +29,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from mstx_marks.analysis.aggregate import ProcessPart
-from mstx_marks.analysis.stages import method_name, unmarked_method
+from mstx_marks.analysis.model.aggregate import ProcessPart
+from mstx_marks.analysis.model.stages import method_name, unmarked_method
 from mstx_marks.base.phases import canonical
 from mstx_marks.base.records import InstantRecord, RankTrace
 
@@ -226,7 +226,7 @@ def check_coverage(traces: Sequence[RankTrace], expected: Iterable[str]) -> Cove
 
 def check_parts(parts: Iterable[ProcessPart], expected: Iterable[str]) -> CoverageReport:
     """:func:`check_coverage` of the summary's parts, one per member (what ``coverage --ray``
-    reads: :mod:`mstx_marks.analysis.cluster`): a part names its phases, so the ranges count
+    reads: :mod:`mstx_marks.analysis.readers.cluster`): a part names its phases, so the ranges count
     (and ``X_start``/``X_stop`` pairs), not the instants."""
     found = [
         (p.member.label, {_fold(n) for n in p.phases}, list(p.unmarked))

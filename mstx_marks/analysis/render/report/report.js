@@ -1,5 +1,5 @@
 // The report's timeline, phase table and rank imbalance, drawn from the page's data block (see
-// mstx_marks/analysis/report_html.py, report_data, for its fields). Every name is inserted as
+// mstx_marks/analysis/render/report_html.py, report_data, for its fields). Every name is inserted as
 // text, never as markup.
 (function () {
 'use strict';

@@ -1,5 +1,6 @@
 """What one process's ranges cover, per phase, in bounded memory: the input of the per-step
-analysis (:mod:`mstx_marks.analysis.rl_steps`), built where a file is read and merged anywhere.
+analysis (:mod:`mstx_marks.analysis.model.rl_steps`), built where a file is read and merged
+anywhere.
 
 A :class:`SpanSet` is the union of some ranges as sorted, disjoint spans ``(start, end,
 cover)``: ``cover`` is the time the ranges cover inside the span. While a span is *solid*
@@ -22,7 +23,7 @@ of both. :meth:`ProcessSpans.finish` joins spans down to about :data:`SHIP_LIMIT
 (what is sent back from a worker), never across one of the process's own step boundaries
 while it has at most :data:`FENCE_LIMIT` steps (its own steps then stay exact), nor across one
 of its ``fences``: the job's step edges on its clock, given when a process that needed them is
-read a second time (:func:`mstx_marks.analysis.rl_steps.fences_needed`).
+read a second time (:func:`mstx_marks.analysis.model.rl_steps.fences_needed`).
 
 >>> s = SpanSet()
 >>> for a, b in [(0, 10), (5, 20), (30, 40)]:
@@ -45,14 +46,14 @@ from itertools import accumulate
 from operator import gt, itemgetter, sub
 from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
-from mstx_marks.analysis.batches import (
+from mstx_marks.analysis.model.batches import (
     MODEL_STEPS,
     Batches,
     all_fences,
     fenced_gaps,
     gaps_to_join,
 )
-from mstx_marks.analysis.steps import Step
+from mstx_marks.analysis.model.steps import Step
 from mstx_marks.base.records import Origin, Span
 
 __all__ = [
@@ -425,7 +426,7 @@ class ProcessSpans:
     #: Which process it is: its (lowest) pid and its instance (see :meth:`identify`).
     pid: int = 0
     instance: str = ""
-    #: Its model-step ranges counted (a rollout engine's: :mod:`mstx_marks.analysis.batches`).
+    #: Its model-step ranges counted (a rollout engine's: :mod:`mstx_marks.analysis.model.batches`).
     batches: Batches = field(default_factory=Batches)
     #: Times on its clock no span or run is ever joined across (sorted): the job's step edges,
     #: when it is read a second time (see the module's docstring).
@@ -464,7 +465,7 @@ class ProcessSpans:
         spans.add(start, end)
 
     def set_steps(self, steps: Iterable[Step]) -> None:
-        """The process's own steps (as :func:`~mstx_marks.analysis.steps.find_steps` finds
+        """The process's own steps (as :func:`~mstx_marks.analysis.model.steps.find_steps` finds
         them), in place of any given before."""
         self.step_starts, self.step_ends = array("q"), array("q")
         keys = []
@@ -609,7 +610,7 @@ def spans_of_ranges(
 ) -> ProcessSpans:
     """The finished :class:`ProcessSpans` of a process's phase ranges given as the breakdown
     takes them, ``(thread, start, -end, phase)`` (see
-    :func:`~mstx_marks.analysis.aggregate.breakdown`), and its own ``steps``; its model steps
+    :func:`~mstx_marks.analysis.model.aggregate.breakdown`), and its own ``steps``; its model steps
     are ``batches`` when the reader counted them with their args, else counted here (without);
     its spans are never joined across ``fences`` (see :attr:`ProcessSpans.fences`).
 

@@ -10,7 +10,7 @@ engine's processes, the driver) and writes them on one time axis:
   part for its boot-clock timestamps, and the reader applies it), so a trace stamped on a clock
   since boot can be moved onto the wall clock; files on another clock that carry no pair are
   left out by ``summary`` with an error. Given the summary's per-step model
-  (:mod:`mstx_marks.analysis.rl_steps`), each process is placed where the model put it (moved
+  (:mod:`mstx_marks.analysis.model.rl_steps`), each process is placed where the model put it (moved
   by its clock shift, as the HTML report and the SVG place it), and ``otherData.alignment``
   says how far to trust that, in the model's words; without one, as recorded.
 - **Processes.** One Chrome process per role, rank and operating-system pid, named
@@ -40,7 +40,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
-from mstx_marks.analysis.rl_steps import StepAnalysis
+from mstx_marks.analysis.model.rl_steps import StepAnalysis
 from mstx_marks.base.records import RankTrace, Record
 from mstx_marks.export.chrome import (
     GENERATOR,

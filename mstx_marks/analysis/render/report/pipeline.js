@@ -1,7 +1,7 @@
-// The pipeline view: the per-step model (mstx_marks/analysis/rl_steps.py, in the JSON form
+// The pipeline view: the per-step model (mstx_marks/analysis/model/rl_steps.py, in the JSON form
 // `summary --json` writes, rl_steps_text.steps_json) drawn as an SVG: one lane per process
 // (role x rank), each step a column band, each lane at true times from its bins
-// (analysis/step_bins.py: per process and step, a fixed number, each with its busy time and
+// (analysis/model/step_bins.py: per process and step, a fixed number, each with its busy time and
 // its phase of most time). Every figure drawn is the model's: nothing here finds a step,
 // attributes a range or walks a path; it only places what the model says.
 (function () {

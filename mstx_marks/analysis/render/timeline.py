@@ -34,11 +34,11 @@ from heapq import heappop, heappush
 from pathlib import Path
 from typing import Callable, Sequence
 
-from mstx_marks.analysis.colors import OTHER_COLOR, phase_color
-from mstx_marks.analysis.mark_pairs import pair_marks
-from mstx_marks.analysis.rl_steps import StepAnalysis
-from mstx_marks.analysis.stages import range_name
-from mstx_marks.analysis.top_phases import MAX_PHASES
+from mstx_marks.analysis.model.mark_pairs import pair_marks
+from mstx_marks.analysis.model.rl_steps import StepAnalysis
+from mstx_marks.analysis.model.stages import range_name
+from mstx_marks.analysis.model.top_phases import MAX_PHASES
+from mstx_marks.analysis.render.colors import OTHER_COLOR, phase_color
 from mstx_marks.base.records import RangeRecord, RankTrace
 from mstx_marks.export import atomic_write_bytes
 
@@ -139,7 +139,7 @@ def _tracks(trace: RankTrace) -> list[_Track]:
 
 def _paired(trace: RankTrace) -> RankTrace:
     """``X_start``/``X_stop`` marks drawn as the range ``X`` (see
-    :mod:`mstx_marks.analysis.mark_pairs`)."""
+    :mod:`mstx_marks.analysis.model.mark_pairs`)."""
     records = pair_marks(trace.records)
     return RankTrace(trace.rank, records, trace.steps, trace.source, trace.role)
 

@@ -2,12 +2,13 @@
 model-step phases (:data:`MODEL_STEPS`) ran, how many of them decode, and the requests and tokens
 their batches held where the ranges carry them (``args={"reqs": n, "tokens": n}``, see
 :func:`mstx_marks.capture.presets.vllm.batch_args`); the per-step analysis
-(:mod:`mstx_marks.analysis.rl_steps`) attributes them to the job's steps.
+(:mod:`mstx_marks.analysis.model.rl_steps`) attributes them to the job's steps.
 
 The ranges are kept as *runs*: a run is some consecutive ranges, its first start and last end
-and their counts summed. Up to :data:`~mstx_marks.analysis.spans.BUILD_LIMIT` runs are kept while
+and their counts summed. Up to :data:`~mstx_marks.analysis.model.spans.BUILD_LIMIT` runs are kept
+while
 ranges are added (each range its own run at first); past that, the runs separated by the
-shortest gaps are joined, as :class:`~mstx_marks.analysis.spans.SpanSet` joins its spans
+shortest gaps are joined, as :class:`~mstx_marks.analysis.model.spans.SpanSet` joins its spans
 (exactly as many as needed, and never across one of the ``fences``: the job's step edges, when
 the process is read a second time for them), so a step's counts stay exact unless a run spans
 its edge; such a run goes to the step holding its middle (and is counted: ``cut``). Without

@@ -3,23 +3,24 @@ numbers per phase.
 
 A spill (the flight recorder's file, :mod:`mstx_marks.export.spill`) grows as long as its
 process records: tens of millions of events make a file of a gigabyte or two, and holding them
-as records for :func:`~mstx_marks.analysis.aggregate.aggregate_trace` takes about 600 bytes
+as records for :func:`~mstx_marks.analysis.model.aggregate.aggregate_trace` takes about 600 bytes
 each. ``summary`` therefore holds a spill's records only up to :data:`MAX_HELD_EVENTS`, and only
 when its file is at most :data:`MAX_SPILL_BYTES` (:func:`aggregate_spill`); past either, its
 records go through a :class:`StreamAggregator` as they are read, and are dropped.
 
 The aggregator keeps, per phase, its count, total, maximum, first start and a
-:class:`~mstx_marks.analysis.quantiles.QuantileSketch` (and its durations while there are at
-most :data:`~mstx_marks.analysis.aggregate.SAMPLE_LIMIT`, so a short phase's p50/p90 stay exact
+:class:`~mstx_marks.analysis.model.quantiles.QuantileSketch` (and its durations while there are at
+most :data:`~mstx_marks.analysis.model.aggregate.SAMPLE_LIMIT`, so a short phase's p50/p90 stay
+exact
 and poolable across ranks); the start and end of the ranges that may be steps (steps are few:
 16 bytes each, and their ``--step-key`` values when they have one); and the ``X_start`` /
 ``X_stop`` instants (rare: 9 bytes each), paired at the end as
-:mod:`~mstx_marks.analysis.mark_pairs` pairs them. Counts, totals, maxima, steps and step time
-are then exact, and p50/p90 within :data:`~mstx_marks.analysis.quantiles.RELATIVE_ERROR`.
+:mod:`~mstx_marks.analysis.model.mark_pairs` pairs them. Counts, totals, maxima, steps and step time
+are then exact, and p50/p90 within :data:`~mstx_marks.analysis.model.quantiles.RELATIVE_ERROR`.
 
 **One pass.** Which default step name a trace uses (:meth:`StepOptions.resolved`) depends on
 every range name it holds, so the ranges of each of
-:data:`~mstx_marks.analysis.steps.DEFAULT_STEP_NAMES` are kept until the end, and those of the
+:data:`~mstx_marks.analysis.model.steps.DEFAULT_STEP_NAMES` are kept until the end, and those of the
 name chosen then make the steps: the file is read once.
 
 **Chrome traces.** A Chrome trace too large to parse whole
@@ -31,8 +32,8 @@ a :class:`StreamAggregator`. Timelines take such a file only while it holds at m
 (:func:`read_held`).
 
 **Stages marked twice** (a range nested directly in one of the same phase on its thread, counted
-once: :mod:`~mstx_marks.analysis.stages`) are found as the ranges are read, by a
-:class:`~mstx_marks.analysis.stages.NestFrontier` per thread, which holds only the ranges a
+once: :mod:`~mstx_marks.analysis.model.stages`) are found as the ranges are read, by a
+:class:`~mstx_marks.analysis.model.stages.NestFrontier` per thread, which holds only the ranges a
 later one may still nest in or around: a stage range is counted once that is known. Ranges come
 in the order their file holds them: a spill's as they ended, a Chrome trace's as they started;
 both are placed exactly.
@@ -58,23 +59,23 @@ from array import array
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from mstx_marks.analysis.aggregate import (
+from mstx_marks.analysis.model.aggregate import (
     SAMPLE_LIMIT,
     PhaseAgg,
     ProcessPart,
     aggregate_trace,
 )
-from mstx_marks.analysis.mark_pairs import START_SUFFIX, STOP_SUFFIX
-from mstx_marks.analysis.quantiles import RELATIVE_ERROR, QuantileSketch, percentile
-from mstx_marks.analysis.spans import ProcessSpans
-from mstx_marks.analysis.stages import (
+from mstx_marks.analysis.model.mark_pairs import START_SUFFIX, STOP_SUFFIX
+from mstx_marks.analysis.model.quantiles import RELATIVE_ERROR, QuantileSketch, percentile
+from mstx_marks.analysis.model.spans import ProcessSpans
+from mstx_marks.analysis.model.stages import (
     UNCOVERED_DOMAIN,
     NestFrontier,
     is_automatic,
     range_name,
     unmarked_method,
 )
-from mstx_marks.analysis.steps import (
+from mstx_marks.analysis.model.steps import (
     DEFAULT_STEP_NAMES,
     Step,
     StepOptions,
@@ -232,7 +233,8 @@ class _Marks:
 
 
 class StreamAggregator:
-    """A :class:`~mstx_marks.analysis.aggregate.ProcessPart` built one record at a time (see the
+    """A :class:`~mstx_marks.analysis.model.aggregate.ProcessPart` built one record at a time (see
+    the
     module's docstring): :meth:`add` each record, in any order, then :meth:`part`.
     (:class:`HoldOrStream` holds a file's records while they are few enough to aggregate
     exactly, and hands them to aggregators past that.)
@@ -378,7 +380,7 @@ class StreamAggregator:
 
     def _pair_marks(self) -> None:
         """Each stop closes the latest unmatched start of its pid, thread and name, in time
-        order (ties in the order read), as :func:`~mstx_marks.analysis.mark_pairs.pair_marks`
+        order (ties in the order read), as :func:`~mstx_marks.analysis.model.mark_pairs.pair_marks`
         does; a pair counts as one range, and unmatched marks stay instants."""
         marks, self.marks = self.marks, {}
         for (pid, tid, base), m in marks.items():
@@ -606,7 +608,7 @@ def read_spill_held(path: str | Path, max_events: int | None = None) -> RankTrac
     >>> read_spill_held(path, max_events=2)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    mstx_marks.analysis.stream.TooLargeToHold: ...: holds more than 2 events...
+    mstx_marks.analysis.readers.stream.TooLargeToHold: ...: holds more than 2 events...
     """
     path = Path(path)
     limit = MAX_HELD_EVENTS if max_events is None else max_events
@@ -640,7 +642,7 @@ def read_held(
     >>> read_held("a.trace.json", read, max_events=2)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    mstx_marks.analysis.stream.TooLargeToHold: a.trace.json: holds more than 2 events...
+    mstx_marks.analysis.readers.stream.TooLargeToHold: a.trace.json: holds more than 2 events...
     """
     limit = MAX_HELD_EVENTS if max_events is None else max_events
     count = 0

@@ -125,11 +125,11 @@ class StepOptions:
     #: With no ``name``: the one default step name to use (see :meth:`resolved`).
     default: str | None = None
     #: Whether each process keeps what the per-step analysis needs (its phases' spans, see
-    #: :mod:`mstx_marks.analysis.spans`); ``summary --no-per-step`` turns it off.
+    #: :mod:`mstx_marks.analysis.model.spans`); ``summary --no-per-step`` turns it off.
     per_step: bool = True
     #: Times on the process's own clock its spans are never joined across (sorted): the job's
     #: step edges, when a process is read a second time for them (see
-    #: :func:`mstx_marks.analysis.rl_steps.fences_needed`).
+    #: :func:`mstx_marks.analysis.model.rl_steps.fences_needed`).
     fences: tuple[int, ...] = ()
 
     def is_step(self, name: str, fold: Callable[[str], str] = fold_name) -> bool:

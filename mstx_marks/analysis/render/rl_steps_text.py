@@ -1,4 +1,5 @@
-"""The per-step model (:mod:`mstx_marks.analysis.rl_steps`) as ``summary`` prints it: a table of
+"""The per-step model (:mod:`mstx_marks.analysis.model.rl_steps`) as ``summary`` prints it: a table
+of
 step x role x rank (busy, idle, top phases), a critical-path line per step, what the step
 would take if its slowest rank matched the median and its rollout long tail (the slowest
 engine against the median, each engine's decode steps and tokens); and as JSON (every step,
@@ -8,9 +9,9 @@ The table shows at most :data:`MAX_SHOWN_STEPS` steps (the longest, in step orde
 role and step, at most :data:`MAX_RANK_ROWS` ranks (else the busiest and the least busy); the
 JSON holds every one.
 
->>> from mstx_marks.analysis.rl_steps import analyse
->>> from mstx_marks.analysis.spans import ProcessSpans
->>> from mstx_marks.analysis.steps import Step
+>>> from mstx_marks.analysis.model.rl_steps import analyse
+>>> from mstx_marks.analysis.model.spans import ProcessSpans
+>>> from mstx_marks.analysis.model.steps import Step
 >>> from mstx_marks.base.records import Member
 >>> t = ProcessSpans(); t.add(0, 4 * 10**6, "gen"); t.set_steps([Step(0, 5 * 10**6, "1", 0)])
 >>> w = ProcessSpans(); w.add(10**6, 3 * 10**6, "update_actor")
@@ -26,8 +27,8 @@ from __future__ import annotations
 import json
 from typing import IO, Any
 
-from mstx_marks.analysis.clocks import MachineClock
-from mstx_marks.analysis.rl_steps import (
+from mstx_marks.analysis.model.clocks import MachineClock
+from mstx_marks.analysis.model.rl_steps import (
     EngineStep,
     ProcessSteps,
     RolloutTail,
@@ -232,9 +233,9 @@ def steps_json(model: StepAnalysis) -> dict[str, Any]:
     """The per-step model as plain JSON data (nanoseconds; ``-1`` where a process has no
     figures for a step). Per process, each list holds one value per step of ``steps``.
 
-    >>> from mstx_marks.analysis.rl_steps import analyse
-    >>> from mstx_marks.analysis.spans import ProcessSpans
-    >>> from mstx_marks.analysis.steps import Step
+    >>> from mstx_marks.analysis.model.rl_steps import analyse
+    >>> from mstx_marks.analysis.model.spans import ProcessSpans
+    >>> from mstx_marks.analysis.model.steps import Step
     >>> from mstx_marks.base.records import Member
     >>> t = ProcessSpans(); t.add(0, 30, "gen"); t.set_steps([Step(0, 50, "7", 50)])
     >>> doc = steps_json(analyse([(Member("trainer", 0), t.finish())]))

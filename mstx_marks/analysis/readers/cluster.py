@@ -6,7 +6,8 @@ A multi-node job writes every process's files (``MSTX_MARKS_OUT``: ``spill/``, `
 :class:`~mstx_marks.analysis.summary.PartReader` for them: it connects to the cluster, and a task
 pinned to each alive node (``NodeAffinitySchedulingStrategy(node, soft=False)``) runs
 :func:`~mstx_marks.analysis.summary.read_files` on that node's disk, which reduces each file to
-its :class:`~mstx_marks.analysis.aggregate.ProcessPart` (a few numbers per phase and process, no
+its :class:`~mstx_marks.analysis.model.aggregate.ProcessPart` (a few numbers per phase and process,
+no
 record) as a local summary does; only those come back. The caller then does what it does for a
 local folder (picks the run and one copy of each process, combines): the summary printed is the
 one of the nodes' folders copied together, and whatever a part holds travels the same way.
@@ -48,8 +49,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Iterable, Mapping, Sequence
 
-from mstx_marks.analysis.steps import StepOptions
-from mstx_marks.analysis.stream import StreamAggregator
+from mstx_marks.analysis.model.steps import StepOptions
+from mstx_marks.analysis.readers.stream import StreamAggregator
 from mstx_marks.analysis.summary import (
     FilesRead,
     MemberFiles,

@@ -1,22 +1,24 @@
 """Where in each step each process's time lay: the per-step model's busy time cut into bins.
 
-Contract: a per-step model (:mod:`mstx_marks.analysis.rl_steps`) and the spans it was built from
+Contract: a per-step model (:mod:`mstx_marks.analysis.model.rl_steps`) and the spans it was built
+from
 in, per process and step a fixed number of bins out, whose busy times add up exactly to the
 model's busy figure of that process and step.
 
 The model keeps how much of each step a process was busy, not where. The HTML pipeline view
-(:mod:`mstx_marks.analysis.report_html`) draws each lane at true times from these bins: the
+(:mod:`mstx_marks.analysis.render.report_html`) draws each lane at true times from these bins: the
 step's window (the job's step, or a process's own step when it is attributed to its own) is cut
 into ``n`` equal bins, and each bin holds the time the process's phases cover there (``cover``,
-from the same :meth:`~mstx_marks.analysis.spans.SpanSet.clip` the model's figures come from, so
+from the same :meth:`~mstx_marks.analysis.model.spans.SpanSet.clip` the model's figures come from,
+so
 the bins' covers telescope to the step's) and its dominant phase (the phase of most time there;
 a span joined to bound memory counts in proportion to its length). ``n`` is :data:`BINS`, fewer
 when the job has so many steps and processes that the bins would pass :data:`MAX_BINS` in all
 (never fewer than :data:`MIN_BINS`).
 
->>> from mstx_marks.analysis.rl_steps import analyse
->>> from mstx_marks.analysis.spans import ProcessSpans
->>> from mstx_marks.analysis.steps import Step
+>>> from mstx_marks.analysis.model.rl_steps import analyse
+>>> from mstx_marks.analysis.model.spans import ProcessSpans
+>>> from mstx_marks.analysis.model.steps import Step
 >>> from mstx_marks.base.records import Member
 >>> t = ProcessSpans(); t.add(0, 30, "gen"); t.add(60, 100, "train")
 >>> t.set_steps([Step(0, 100, "1", 100)])
@@ -33,8 +35,8 @@ from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from typing import Sequence
 
-from mstx_marks.analysis.rl_steps import ProcessSteps, StepAnalysis
-from mstx_marks.analysis.spans import ProcessSpans
+from mstx_marks.analysis.model.rl_steps import ProcessSteps, StepAnalysis
+from mstx_marks.analysis.model.spans import ProcessSpans
 from mstx_marks.base.records import Member, Span
 
 __all__ = ["BINS", "MAX_BINS", "MIN_BINS", "LaneBins", "StepBins", "TimeBins", "step_bins"]
@@ -140,7 +142,7 @@ def step_bins(
     model: StepAnalysis, spans: Sequence[tuple[Member, ProcessSpans]], n: int | None = None
 ) -> TimeBins:
     """The bins of ``model``'s processes, from the ``spans`` (each member's, as
-    :func:`~mstx_marks.analysis.rl_steps.analyse` took them) it was built from; ``n`` bins per
+    :func:`~mstx_marks.analysis.model.rl_steps.analyse` took them) it was built from; ``n`` bins per
     process and step (default :func:`bin_count`)."""
     n = bin_count(len(model.processes), len(model.steps)) if n is None else n
     names = sorted({name for p in model.processes for name in p.phases})

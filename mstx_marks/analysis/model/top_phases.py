@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mstx_marks.analysis.aggregate import PhaseSummary, Summary
+from mstx_marks.analysis.model.aggregate import PhaseSummary, Summary
 
 __all__ = ["MAX_PHASES", "OtherPhases", "top_phases"]
 
