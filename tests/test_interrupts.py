@@ -826,3 +826,38 @@ def test_the_debuggers_quit_is_the_users() -> None:
         sys.settrace(None)
     assert isinstance(exc, bdb.BdbQuit) and _origin(exc) == "RAISE_VARARGS"
     assert users_own(exc)
+
+
+def test_an_end_interrupted_again_while_it_is_made_again_loses_no_exception(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The recorder's end, cut short by one exception (a signal handler's, at its entry) and
+    again by a second while it is made again: the range ends once, and the user gets both
+    exceptions (the second as the first's context); a 0.2 ms timer lost one in 10,000."""
+    from mstx_marks.backends.record import Recorder
+    from mstx_marks.core import engine
+
+    class Timeout(Exception):
+        pass
+
+    class Interrupted(Recorder):
+        """A recorder whose first two ends are cut short at their entry, as a signal does."""
+
+        fired = 0
+
+        def range_end(self, range_id: int, domain: str) -> None:
+            if self.fired < 2:
+                self.fired += 1
+                raise Timeout(self.fired)
+            super().range_end(range_id, domain)
+
+    monkeypatch.setattr(engine, "_RANGE_END", Interrupted.range_end)
+    rec = Interrupted()
+    mstx_marks.configure(backend=rec)
+    with pytest.raises(Timeout) as caught:
+        with mstx_marks.mark("interrupted"):
+            pass
+    assert caught.value.args == (1,) and isinstance(caught.value.__context__, Timeout)
+    assert caught.value.__context__.args == (2,)
+    ended = [r for r in rec.records() if r.name == "interrupted"]
+    assert len(ended) == 1 and ended[0].end_ns >= ended[0].start_ns

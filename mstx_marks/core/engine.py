@@ -12,7 +12,6 @@ user's own code and exceptions pass through untouched.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import types
 from collections.abc import AsyncGenerator, Generator, Mapping
@@ -63,18 +62,31 @@ def finish(end: EndFn, handle: Any, domain: str) -> None:
         release(handle)
 
 
+#: How many times an interrupted end of the recorder is made again (each try is one store).
+_RETRIES = 8
+
+
 def cut_short(end: EndFn, handle: Any, domain: str, exc: BaseException) -> None:
     """An end that raised ``exc``. The recorder's end cannot fail: an exception from it is the
     user's (Ctrl-C, a signal handler's timeout), and it arrived before the end's one store (its
     only interruption points, its entry and its clock read, come first), so the end is made
-    again, now, and the range does not stay open to the end of the run. Checked with no call
-    before the second end, where a second signal could land. Another backend's own exception
-    is a fault, contained; the user's goes on unchanged (a device's end is not made twice: it
-    may have ended already, and a second end is no no-op there)."""
+    again, now, and the range does not stay open to the end of the run (again, if that is
+    interrupted too: every interruption reaches the user, chained as contexts). Another
+    backend's own exception is a fault, contained; the user's goes on unchanged (a device's end
+    is not made twice: it may have ended already, and a second end is no no-op there)."""
     if end.__class__ is _Method and end.__func__ is _RANGE_END:
-        # (a second interruption meanwhile is dropped: the first is the one the user gets)
-        with contextlib.suppress(BaseException):
-            end(handle, domain)
+        # The end made again may be interrupted too (a timer that fires every 0.2 ms): made
+        # again until it is, a few times at most, and no interruption is lost: each one after
+        # the first hangs off the one before as its context, and the first goes on (raising
+        # the exception being handled keeps its context, which raising another would replace).
+        last = exc
+        for _ in range(_RETRIES):
+            try:
+                end(handle, domain)
+                break
+            except BaseException as again:
+                last.__context__ = again
+                last = again
         raise exc
     if isinstance(exc, Exception) and not users_own(exc):
         fault(end, exc)

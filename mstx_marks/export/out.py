@@ -489,11 +489,18 @@ class OutSession:
             target = where / "spill" / path.name
             try:
                 folder_below(where, target.parent)
-                if not target.exists():
+                # Made anew unless it is the spill itself: one left by an earlier write (a
+                # signal's flush) is a copy, or a link to a spill since replaced, and lacks
+                # what came after (the user's handler's last range, then `export` of it).
+                if not (target.exists() and os.path.samefile(path, target)):
+                    fresh = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(fresh)
                     try:
-                        os.link(path, target)
+                        os.link(path, fresh)
                     except OSError:  # another file system
-                        shutil.copyfile(path, target, follow_symlinks=False)
+                        shutil.copyfile(path, fresh, follow_symlinks=False)
+                    os.replace(fresh, target)
                 left.append(target)
             except OSError as exc:
                 self._say_lost(view, exc.strerror or str(exc))
