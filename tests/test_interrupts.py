@@ -854,9 +854,8 @@ def test_an_end_interrupted_again_while_it_is_made_again_loses_no_exception(
     monkeypatch.setattr(engine, "_RANGE_END", Interrupted.range_end)
     rec = Interrupted()
     mstx_marks.configure(backend=rec)
-    with pytest.raises(Timeout) as caught:
-        with mstx_marks.mark("interrupted"):
-            pass
+    with pytest.raises(Timeout) as caught, mstx_marks.mark("interrupted"):
+        pass
     assert caught.value.args == (1,) and isinstance(caught.value.__context__, Timeout)
     assert caught.value.__context__.args == (2,)
     ended = [r for r in rec.records() if r.name == "interrupted"]
