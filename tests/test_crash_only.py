@@ -499,7 +499,11 @@ def _check_kill(
         for kind, events in (("Chrome trace", files.chrome), ("database", files.database)):
             where = f"{folder.name}/ {kind}"
             names = events.names
-            if checkpoint and not names["save_checkpoint"]:
+            # Past the names the recorder keeps (65,536: the two threads name a range per step,
+            # and keep going while the signal's flush runs, for seconds on a loaded machine), a
+            # new name is recorded under the placeholder, said once: the range is there.
+            capped = names[PLACEHOLDER] and "distinct range names were recorded" in stderr
+            if checkpoint and not names["save_checkpoint"] and not capped:
                 outcome.problems.append(
                     f"{where}: no save_checkpoint, the range the user's handler completed after"
                     " the signal, before sys.exit(0)"
