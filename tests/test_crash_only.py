@@ -478,8 +478,9 @@ def _check_kill(
     checkpoint = "ckpt" in said
     # A program that had finished ("done") before the signal came may get it in the
     # interpreter's teardown, after Python has given the signals back to the system: it then
-    # dies of it (-15), as any Python program does there, having written its files.
-    finished = "done" in said and rc == -signal.SIGTERM and not checkpoint
+    # dies of it (-15 for SIGTERM, -2 for SIGINT), as any Python program does there, having
+    # written its files.
+    finished = "done" in said and rc == -kill.signum and not checkpoint
     if rc != 0 and not finished:
         outcome.problems.append(f"exit {rc} (the user's handler exits 0): {stderr[-1500:]}")
     known = re.compile(r"micro_batch_\d+|worker\d_batch_\d+|save_checkpoint")
