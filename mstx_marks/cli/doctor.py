@@ -145,10 +145,6 @@ def _instrument() -> list[Finding]:
     return out + _engines_marked(names)
 
 
-#: The presets whose classes the doctor looks up, by the packages they are in.
-_ENGINE_PRESETS = ("verl", "vllm", "sglang", "mindspeed_rl")
-
-
 def _engines_marked(armed: tuple[str, ...]) -> list[Finding]:
     """For each framework installed here (found, not imported), the classes of its hot path a
     preset marks, and whether the setting arms that preset: vllm-ascend's ``NPUWorker`` is the
@@ -159,7 +155,8 @@ def _engines_marked(armed: tuple[str, ...]) -> list[Finding]:
     from mstx_marks.capture import presets
 
     out: list[Finding] = []
-    for preset in _ENGINE_PRESETS:
+    # The framework presets (not those named on their own), as their modules declare them.
+    for preset in (p.name for p in presets.PRESETS if not p.on_its_own):
         by_package: dict[str, list[str]] = {}
         for t in presets.targets(preset):
             if "." in t.path:
