@@ -19,12 +19,12 @@ from typing import Any, Callable, Iterator
 import pytest
 from support.recorded import PID, T0, TID
 
-from mstx_marks.analysis.readers import ascend_sql, chrome_json, part_of_file, stream
+from mstx_marks.analysis.readers import chrome_json, part_of_file, stream
 from mstx_marks.analysis.summary import Summary, load_traces, summarize, summarize_path
 from mstx_marks.backends.record import Recorder
-from mstx_marks.base.records import InstantRecord, Member, RangeRecord, Record
+from mstx_marks.base.records import InstantRecord, Member, RangeRecord, Record, TraceFileError
 from mstx_marks.cli.main import main as cli_main
-from mstx_marks.export import RankTrace, write_ascend_db
+from mstx_marks.export import RankTrace, db_open, read_ascend_db, write_ascend_db
 from mstx_marks.export.spill import Spill
 
 REALCAP = Path(__file__).resolve().parent.parent.parent / "shared" / "realcap"
@@ -112,10 +112,13 @@ def test_a_query_past_its_time_is_stopped_with_the_file_named(
     db = write_ascend_db(tmp_path / "ascend_pytorch_profiler_0.db", RankTrace(0, recs))
     (part,) = part_of_file(db)
     assert part.phases["generate_sequences"].count == 5000  # in time, read whole
-    monkeypatch.setattr(ascend_sql, "query_seconds", lambda size: 0.0)
+    monkeypatch.setattr(db_open, "query_seconds", lambda size: 0.0)
     for s in both(tmp_path):
         (error,) = s.errors
         assert error.startswith(f"{db}: took more than 0 s in one query")
+    # the public reader opens it the same way: one way to open a database, one bound
+    with pytest.raises(TraceFileError, match="took more than 0 s in one query"):
+        read_ascend_db(db)
 
 
 # 10. A Chrome trace whose B events never get their E: counted and named in a note.

@@ -52,7 +52,6 @@ import socket
 import sqlite3
 import time
 from collections.abc import Callable, Iterable, Mapping
-from contextlib import closing
 from datetime import datetime
 from operator import itemgetter
 from pathlib import Path
@@ -70,6 +69,7 @@ from mstx_marks.base.records import (
     TraceFileError,
     plain_args,
 )
+from mstx_marks.export.db_open import open_db
 from mstx_marks.export.files import atomic_path, atomic_write_bytes
 from mstx_marks.export.spill import boot_id
 from mstx_marks.export.start_order import (
@@ -95,6 +95,7 @@ __all__ = [
     "HOST_ONLY_CONNECTION",
     "DbWriter",
     "add_metadata",
+    "args_of",
     "ascend_db_path",
     "db_meta_of",
     "db_role",
@@ -556,7 +557,10 @@ def db_role(db: sqlite3.Connection, tables: set[str]) -> str:
 
 
 def read_ascend_db(
-    path: str | Path, *, sink: Callable[[Record], object] | None = None
+    path: str | Path,
+    *,
+    sink: Callable[[Record], object] | None = None,
+    on_note: Callable[[str], object] | None = None,
 ) -> RankTrace:
     """Read the MSTX events and steps of one database, ours or torch_npu's.
 
@@ -566,6 +570,9 @@ def read_ascend_db(
     from the file name, else from ``profiler_info_<rank>.json``, else is 0.
     With ``sink``, each record is handed to it as its row is read instead of kept (the trace
     returned has none): memory stays that of a row, whatever the database holds.
+    The file is opened as :func:`~mstx_marks.export.db_open.open_db` opens it (read only,
+    nothing written beside it, in bounded time); what could not be read of it (a write-ahead
+    log left beside it) is handed to ``on_note``, a line naming the file.
     Raises :class:`TraceFileError`, naming the file, when it is not such a database.
     """
     path = Path(path)
@@ -573,7 +580,7 @@ def read_ascend_db(
         raise TraceFileError(path, "no such file")
     records: list[Record] = []
     try:
-        with closing(sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)) as db:
+        with open_db(path) as db:
             tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
             missing = {"MSTX_EVENTS", "STRING_IDS"} - tables
             if missing:
@@ -598,6 +605,9 @@ def read_ascend_db(
                 steps = [(int(s), int(e)) for s, e in db.execute(query)]
             role = db_role(db, tables)
             about = db_process(db, tables, RankTrace(0, []))
+            if on_note is not None:
+                for note in db.notes:
+                    on_note(note)
     except Exception as e:
         error = as_trace_error(path, e)
         if error is e:
@@ -643,7 +653,7 @@ def event_records(rows: Iterable[Any], sink: Callable[[Record], object]) -> int:
         instant = kind in (EVENT_INSTANT, EVENT_MARKER)
         if start is None or (not instant and end is None):
             continue
-        args = _loads_args(args_text)
+        args = args_of(args_text)
         gtid = int(gtid or 0)
         name = text(name, "<unnamed>")  # a BLOB (another tool's) as UTF-8, with replacement
         domain = text(domain or None, "default")
@@ -657,7 +667,13 @@ def event_records(rows: Iterable[Any], sink: Callable[[Record], object]) -> int:
     return skipped
 
 
-def _loads_args(text: Any) -> dict[str, Any] | None:
+def args_of(text: Any) -> dict[str, Any] | None:
+    """An event's args as ``MSTX_ARGS`` holds them (JSON), or None when there are none or they
+    are not an object.
+
+    >>> args_of('{"tokens": 8}'), args_of("[1]"), args_of(None)
+    ({'tokens': 8}, None, None)
+    """
     if not isinstance(text, str):
         return None
     try:

@@ -799,11 +799,11 @@ def _pairs(
 
 
 def mismatches(
-    doc: dict[str, Any], truth: Truth, tol: int = US, args: bool = True, held: bool = True
+    doc: dict[str, Any], truth: Truth, tol: int = US, held: bool = True
 ) -> list[str]:
     """Every figure of ``summary --json``'s ``doc`` that differs from ``truth`` by more than
-    ``tol`` ns (counts exactly); ``args``: also the tokens and requests the engines' model
-    steps carried; ``held``: also each role table's unmarked and outside time (not known of a
+    ``tol`` ns (counts exactly, the tokens and requests the engines' model steps carried
+    too); ``held``: also each role table's unmarked and outside time (not known of a
     process summarised in one pass, which must then say null). Empty: all agree."""
     said: list[str] = []
     per = doc.get("per_step")
@@ -840,7 +840,7 @@ def mismatches(
                 check(f"{at} {w.phase} link end", x["end_ns"] - origin, w.end)
                 check(f"{at} {w.phase} link time", x["time_ns"], w.time)
         _what_if(at, got["what_if"], want, check)
-        _tail(at, got["rollout_tail"], want.tail, check, said, args)
+        _tail(at, got["rollout_tail"], want.tail, check, said)
     for got, want in _pairs(per["processes"], truth.processes, _busy_key, "processes", said):
         at = f"{want.role or '-'}:{want.rank} (pid order {got['key']})"
         for name, values in (("length", want.length), ("busy", want.busy), ("idle", want.idle)):
@@ -888,7 +888,6 @@ def _tail(
     want: Tail | None,
     check: Any,
     said: list[str],
-    args: bool,
 ) -> None:
     if want is None or got is None:
         check(f"{at} rollout tail", got is None, want is None, exact=True)
@@ -906,9 +905,8 @@ def _tail(
         check(f"{where} decode time", g["decode_ns"], w.decode_ns)
         check(f"{where} model steps", g["model_steps"], w.model_steps, exact=True)
         check(f"{where} decode steps", g["decode_steps"], w.decode_steps, exact=True)
-        if args:
-            check(f"{where} tokens", g["tokens"], w.tokens, exact=True)
-            check(f"{where} reqs", g["reqs"], w.reqs, exact=True)
+        check(f"{where} tokens", g["tokens"], w.tokens, exact=True)
+        check(f"{where} reqs", g["reqs"], w.reqs, exact=True)
 
 
 def _table(doc: dict[str, Any], truth: Truth, check: Any, said: list[str], held: bool) -> None:

@@ -18,14 +18,11 @@ for its steps alone (``no_mstx``, which the summary notes). The rank is the file
 (``ascend_pytorch_profiler_<rank>.db``), else ``RANK_DEVICE_MAP``'s (msprof's
 ``msprof_<time>.db`` names a time, not a rank), else ``profiler_info_<rank>.json``'s, else 0.
 
-**Read only, and in bounded time** (:func:`open_db`). A capture is read where it lies, on a
-read-only share too, and nothing is written beside it: the file is opened read-only, and
-``immutable`` when it is in WAL mode (CANN's ``msprof_*.db``: a reader would otherwise make
-``-shm`` and ``-wal`` files beside it and write to the ``-shm``) or its folder cannot be
-written. Only tables are read (a view or a trigger is another program's, and a recursive view
-never ends), and no query may run past :func:`query_seconds` (a progress handler stops it): the
-error names the file. The names of marks to pair and of steps, which may be hundreds of
-thousands, go into a temporary table to join on, never into one query's variables.
+It opens a file as :func:`~mstx_marks.export.db_open.open_db` does (read only, nothing written
+beside it, no query past its time). Only tables are read (a view or a trigger is another
+program's, and a recursive view never ends). The names of marks to pair and of steps, which may
+be hundreds of thousands, go into a temporary table to join on, never into one query's
+variables.
 
 >>> import tempfile, pathlib
 >>> from mstx_marks.base.records import RangeRecord, RankTrace
@@ -39,16 +36,13 @@ thousands, go into a temporary table to join on, never into one query's variable
 
 from __future__ import annotations
 
-import math
-import os
 import re
 import sqlite3
-import time
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, NamedTuple
+from typing import Any, Callable, Iterable, NamedTuple
 
 from mstx_marks.analysis.model.aggregate import ProcessPart, phase_agg
+from mstx_marks.analysis.model.batches import MODEL_STEPS, Batches
 from mstx_marks.analysis.model.mark_pairs import START_SUFFIX, STOP_SUFFIX, pair_marks
 from mstx_marks.analysis.model.spans import spans_of_ranges
 from mstx_marks.analysis.model.stages import (
@@ -77,25 +71,17 @@ from mstx_marks.export.ascend_db import (
     EVENT_MARKER,
     EVENT_PUSH_POP,
     EVENT_RANGE,
+    args_of,
     as_trace_error,
     db_process,
     db_role,
-    event_records,
     rank_of_db,
+    read_ascend_db,
     text,
 )
-from mstx_marks.export.files import open_regular
+from mstx_marks.export.db_open import open_db
 
-__all__ = [
-    "QUERY_SECONDS",
-    "DbAbout",
-    "aggregate_db",
-    "db_about",
-    "db_events",
-    "db_records",
-    "open_db",
-    "query_seconds",
-]
+__all__ = ["DbAbout", "aggregate_db", "db_about", "db_events", "db_records"]
 
 _MARKS = f"({EVENT_MARKER}, {EVENT_INSTANT})"
 _KINDS = f"({EVENT_MARKER}, {EVENT_PUSH_POP}, {EVENT_RANGE}, {EVENT_INSTANT})"
@@ -110,126 +96,6 @@ _VALID = (
 
 def _query(db: sqlite3.Connection, sql: str, *params: Any) -> list[Any]:
     return db.execute(sql, params).fetchall()
-
-
-#: The least time one query of a database may take, in seconds; a larger file gets one more
-#: second per MB (:func:`query_seconds`). A query of our own runs at millions of rows a second;
-#: a query past this is stuck (a pathological file), and is stopped with an error naming it.
-QUERY_SECONDS = 60.0
-_BYTES_PER_SECOND = 1 << 20
-#: How many SQLite virtual-machine steps run between two looks at the clock.
-_CHECK_EVERY = 10_000
-
-
-def query_seconds(size: int) -> float:
-    """The most one query of a database of ``size`` bytes may take (see :data:`QUERY_SECONDS`).
-
-    >>> query_seconds(0), query_seconds(300 << 20)
-    (60.0, 360.0)
-    """
-    return QUERY_SECONDS + size / _BYTES_PER_SECOND
-
-
-class _Bounded(sqlite3.Connection):
-    """A connection whose every query is stopped past ``limit`` seconds (its rows read
-    included): a progress handler looks at the clock; ``expired`` says it stopped one."""
-
-    limit = math.inf
-    until = math.inf
-    expired = False
-    #: What the summary should say of how the file was read (each naming it).
-    notes: list[str]
-
-    def execute(self, sql: str, parameters: Any = (), /) -> sqlite3.Cursor:
-        self.until = time.monotonic() + self.limit
-        return super().execute(sql, parameters)
-
-    def executemany(self, sql: str, parameters: Any, /) -> sqlite3.Cursor:
-        self.until = time.monotonic() + self.limit
-        return super().executemany(sql, parameters)
-
-    def past_deadline(self) -> int:
-        if time.monotonic() > self.until:
-            self.expired = True
-            return 1  # (non-zero: SQLite stops the query, "interrupted")
-        return 0
-
-
-def _wal_mode(path: Path) -> bool:
-    """Whether the database file at ``path`` says it is in WAL mode (its header's read and
-    write versions, bytes 18 and 19, are 2)."""
-    try:
-        with open_regular(path) as f:
-            head = f.read(20)
-    except (OSError, TraceFileError):
-        return False  # the connection names it
-    return len(head) == 20 and head.startswith(b"SQLite format 3\0") and 2 in head[18:20]
-
-
-def _uri(path: Path) -> tuple[str, bool]:
-    """The URI that opens ``path`` to read only; and whether it is ``immutable``: in WAL mode
-    (a reader would make and write ``-shm`` and ``-wal`` beside it) or in a folder that cannot
-    be written (even a reader may need to make them there)."""
-    immutable = _wal_mode(path) or not os.access(path.resolve().parent, os.W_OK)
-    return f"{path.resolve().as_uri()}?mode=ro" + ("&immutable=1" if immutable else ""), immutable
-
-
-@contextmanager
-def open_db(path: Path) -> Iterator[_Bounded]:
-    """The database at ``path``, opened to read it only and in bounded time (see the module's
-    docstring): nothing is written beside it, and a query past :func:`query_seconds` is an
-    error naming the file (:class:`TraceFileError`); other SQLite errors come as they are.
-
-    >>> import tempfile, pathlib, sqlite3, os
-    >>> from contextlib import closing
-    >>> folder = pathlib.Path(tempfile.mkdtemp())
-    >>> with closing(sqlite3.connect(folder / "msprof_1.db")) as c:  # as CANN writes it
-    ...     _ = c.execute("PRAGMA journal_mode=WAL")
-    ...     _ = c.execute("CREATE TABLE t(x)")
-    >>> with open_db(folder / "msprof_1.db") as db:
-    ...     db.execute("SELECT COUNT(*) FROM t").fetchall()
-    [(0,)]
-    >>> sorted(os.listdir(folder))  # no -shm nor -wal left beside it
-    ['msprof_1.db']
-    """
-    path = Path(path)
-    uri, immutable = _uri(path)
-    try:
-        limit = query_seconds(os.stat(path).st_size)
-    except OSError:
-        limit = QUERY_SECONDS
-    db = sqlite3.connect(uri, uri=True, factory=_Bounded)
-    assert isinstance(db, _Bounded)
-    db.limit, db.notes = limit, []
-    db.set_progress_handler(db.past_deadline, _CHECK_EVERY)
-    if immutable:
-        db.notes += _unread_wal(path)
-    try:
-        yield db
-    except sqlite3.Error as e:
-        if db.expired:
-            why = f"took more than {limit:.0f} s in one query (a file SQLite cannot read in time)"
-            raise TraceFileError(path, f"{why}; not read") from e
-        raise
-    finally:
-        db.close()
-
-
-def _unread_wal(path: Path) -> list[str]:
-    """A note when a WAL file beside ``path``, which an immutable read leaves out, holds
-    pages (its writer is still running, or was killed before it checkpointed)."""
-    wal = path.with_name(path.name + "-wal")
-    try:
-        size = os.stat(wal).st_size
-    except OSError:
-        return []
-    if not size:
-        return []
-    return [
-        f"{path}: its write-ahead log {wal.name} holds {size} bytes that are not read (the"
-        " capture is read as its database holds it, without writing beside it: its writer"
-        " may still be running, or was killed before it checkpointed)"
-    ]
 
 
 def _id_table(db: sqlite3.Connection, name: str, ids: Iterable[Any]) -> str:
@@ -373,11 +239,9 @@ ORDER BY e.startNs
 
 
 def db_records(path: Path, sink: Callable[[Record], object]) -> RankTrace:
-    """The MSTX events of the database at ``path``, each handed to ``sink`` as its row is read,
-    as :func:`~mstx_marks.export.read_ascend_db` reads them (push/pop and host-only ranges are
-    ranges, marks of both kinds instants; a BLOB name decoded), but opened as :func:`open_db`
-    opens it; the trace (with no records) has its steps, role, run, what was skipped, and a
-    note on anything of the file left unread.
+    """The MSTX events of the database at ``path``, each handed to ``sink`` as its row is read
+    (:func:`~mstx_marks.export.read_ascend_db`); the trace (with no records) has its steps,
+    role, run, what was skipped, and a note on anything of the file left unread.
 
     >>> import tempfile, pathlib
     >>> from mstx_marks.base.records import RangeRecord, RankTrace
@@ -389,33 +253,8 @@ def db_records(path: Path, sink: Callable[[Record], object]) -> RankTrace:
     >>> t.rank, [(r.name, r.start_ns, r.end_ns) for r in got]
     (2, [('gen', 100, 250)])
     """
-    path = Path(path)
-    if not path.is_file():
-        raise TraceFileError(path, "no such file")
-    try:
-        with open_db(path) as db:
-            tables = _tables(db)
-            missing = {"MSTX_EVENTS", "STRING_IDS"} - tables
-            if missing:
-                raise TraceFileError(path, f"has no {' or '.join(sorted(missing))} table")
-            args, join = "NULL", ""
-            if "MSTX_ARGS" in tables:
-                args, join = "a.args", "LEFT JOIN MSTX_ARGS a ON a.eventId = e.rangeId"
-            query = _EVENTS.format(args=args, join=join, kinds=_KINDS)
-            try:
-                skipped = event_records(db.execute(query), sink)
-            except (TypeError, ValueError, OverflowError) as e:
-                raise TraceFileError(path, f"has a malformed MSTX_EVENTS row ({e})") from e
-            steps = [(s.start_ns, s.end_ns) for s in _file_steps(db, tables)]
-            trace = RankTrace(rank_of_db(path), [], steps, path, db_role(db, tables))
-            trace.skipped = skipped
-            found = with_notes(db_process(db, tables, trace), db.notes)
-    except Exception as e:
-        error = as_trace_error(path, e)
-        if error is e:
-            raise
-        raise error from e
-    return found
+    notes: list[str] = []
+    return with_notes(read_ascend_db(path, sink=sink, on_note=notes.append), notes)
 
 
 def aggregate_db(
@@ -570,8 +409,48 @@ def _aggregate(
         .set_breakdown(nested, windows)
     )
     if steps.per_step:  # (nested now sorted by thread, then start)
-        part.spans = spans_of_ranges(nested, found).identify(about.origin, pids, about.instance)
+        batches = _batches(db, tables, raw, phase, step_keys | auto_keys, paired, fold, steps)
+        part.spans = spans_of_ranges(nested, found, batches=batches, fences=steps.fences)
+        part.spans.identify(about.origin, pids, about.instance)
     return part
+
+
+def _batches(
+    db: sqlite3.Connection,
+    tables: set[str],
+    raw: dict[tuple[Any, Any], str],
+    phase: dict[tuple[Any, Any], str],
+    not_stages: set[tuple[Any, Any]],
+    paired: list[RangeRecord],
+    fold: Callable[[str], str],
+    steps: StepOptions,
+) -> Batches:
+    """The model steps, counted as :func:`~mstx_marks.analysis.model.aggregate.aggregate_trace`
+    counts them: with the requests and tokens their args (``MSTX_ARGS``) carry."""
+    found = Batches(steps.fences)
+    keys = {key for key in raw if key not in not_stages and phase[key] in MODEL_STEPS}
+    args, join = "NULL", ""
+    if "MSTX_ARGS" in tables:
+        args, join = "a.args", "LEFT JOIN MSTX_ARGS a ON a.eventId = e.rangeId"
+    ids = _id_table(db, "model_steps", {m for m, _ in keys})
+    rows = (
+        []
+        if not keys
+        else _query(
+            db,
+            f"SELECT e.startNs, e.endNs, e.message, e.domainId, {args} FROM MSTX_EVENTS e {join}"
+            f" WHERE {_VALID} AND e.eventType IN {_RANGE_KINDS} AND e.message IN (SELECT id FROM {ids})"
+            " ORDER BY e.startNs",
+        )
+    )
+    for start, end, m, d, text_args in rows:
+        if (m, d) in keys:
+            found.add(int(start), int(end), phase[(m, d)], args_of(text_args))
+    for r in paired:
+        name = fold(r.name)
+        if not steps.is_step(r.name, fold) and not is_automatic(name):
+            found.add(r.start_ns, r.end_ns, name, None)
+    return found
 
 
 def _unmarked(db: sqlite3.Connection, names: dict[int, str]) -> list[str]:
