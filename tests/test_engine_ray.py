@@ -103,7 +103,7 @@ def test_each_actor_leaves_its_own_ranges_after_a_plain_shutdown(hook_run: Run) 
     assert set(traces) == set(pids)
     for actor, wanted in zip(marked, (N1, N2)):
         trace = traces[actor["pid"]]
-        assert counts(trace.records) == {STAGE: wanted}
+        assert counts(trace.ranges) == {STAGE: wanted}
         assert {r.domain for r in trace.ranges} == {"ray_test"}
         assert trace.rank == int(actor["rank"])  # RANK from the actor's own runtime_env
         assert not any(r.open for r in trace.ranges)
@@ -158,12 +158,50 @@ def test_export_writes_each_actors_trace_and_database_from_its_spill(
         (chrome,) = (out / "chrome").glob(f"Marked-rank{rank}-*-{pid}.trace.json")
         (db,) = (out / "ascend").glob(f"Marked_*_{pid}_*_ascend_pt/*/*.db")
         for trace in (*read_chrome_trace(chrome), read_ascend_db(db)):
-            assert counts(trace.records) == counts(traces[pid].records) == {STAGE: wanted}
+            assert counts(trace.records) == counts(traces[pid].records)
+            assert counts(trace.ranges) == {STAGE: wanted}
     again = subprocess.run(
         [str(rl_python), "-m", "mstx_marks", "export", str(out)],
         env=clean_env(), capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert again.stdout == "", again.stdout
+
+
+def test_each_actor_measured_its_clock_against_the_clock_actor(
+    hook_run: Run, rl_python: Path, tmp_path: Path
+) -> None:
+    """Round trips to the Ray clock actor reach each actor's files (the exported Chrome trace a
+    user opens); on this one machine, where the true offset is 0, each bounds it: the actor's
+    reading, on the machine's monotonic clock, lies between the worker's two readings."""
+    import shutil
+
+    from mstx_marks.base.records import RoundTrip
+    from mstx_marks.export.chrome import read_chrome_trace
+
+    assert hook_run.result["round_trips_after_s"] is not None, "no round trip within 90 s"
+    out = tmp_path / "out"
+    shutil.copytree(hook_run.out, out)
+    done = subprocess.run(
+        [str(rl_python), "-m", "mstx_marks", "export", str(out)],
+        env=clean_env(), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    for actor in hook_run.result["marked"]:
+        pid, rank = actor["pid"], int(actor["rank"])
+        (chrome,) = (out / "chrome").glob(f"Marked-rank{rank}-*-{pid}.trace.json")
+        (trace,) = read_chrome_trace(chrome)
+        trips = [RoundTrip.of(r.name, r.domain, r.args) for r in trace.instants]
+        trips = [t for t in trips if t is not None]
+        assert trips and trace.anchor_ns is not None and trace.boot_id
+        for t in trips:
+            assert (t.peer_host, t.peer_boot_id) == (trace.host, trace.boot_id)
+            peer_mono = t.peer_ns - t.peer_anchor_ns
+            assert t.sent_ns - trace.anchor_ns <= peer_mono <= t.received_ns - trace.anchor_ns
+            assert t.received_ns - t.sent_ns < 10**9  # (a call to a local actor: well under 1 s)
+    # the idle actor and the clock actor itself recorded nothing, so wrote nothing
+    idle = hook_run.result["idle"]["pid"]
+    assert not list(hook_run.out.glob(f"spill/*-{idle}*.jsonl"))
+    assert len(list(hook_run.out.glob("spill/*.jsonl"))) == 2
 
 
 # --- MSTX_MARKS_OUT in env_vars only: `import mstx_marks` activates, roles tell actors apart --
@@ -177,7 +215,7 @@ def test_env_vars_alone_record_in_actors_that_import_mstx_marks(env_run: Run) ->
     assert set(traces) == {m["pid"] for m in marked}
     for actor, wanted in zip(marked, (N1, N2)):
         trace = traces[actor["pid"]]
-        assert counts(trace.records) == {STAGE: wanted}
+        assert counts(trace.ranges) == {STAGE: wanted}
         assert (trace.role, trace.rank) == (actor["role"], 0)
     assert not [p for p in env_run.out.rglob("*") if ".tmp" in p.name]
 
@@ -212,7 +250,7 @@ def test_the_patched_stage_records_in_the_actor(verl_run: Run) -> None:
     probe = verl_run.result["probe"]
     traces = spills(verl_run.out)
     assert set(traces) == {probe["pid"]}
-    assert counts(traces[probe["pid"]].records) == {"compute_log_prob": VERL_CALLS}
+    assert counts(traces[probe["pid"]].ranges) == {"compute_log_prob": VERL_CALLS}
 
 
 # --- the exit Ray gives its workers, without Ray: SIGTERM while the main thread is in C ---------

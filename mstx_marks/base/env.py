@@ -37,6 +37,7 @@ __all__ = [
     "PREFIX",
     "QUOTE",
     "RANKS",
+    "RAY_CLOCK",
     "RECORD_CAPACITY",
     "RECORD_NAMES",
     "ROLE",
@@ -87,6 +88,7 @@ CAPTURE = "MSTX_MARKS_CAPTURE"
 ROLE = "MSTX_MARKS_ROLE"
 RUN = "MSTX_MARKS_RUN"
 LIVE = "MSTX_MARKS_LIVE"
+RAY_CLOCK = "MSTX_MARKS_RAY_CLOCK"
 
 VARIABLES: tuple[Variable, ...] = (
     Variable(BACKEND, "auto, mstx, nvtx, torch, record, noop", "where ranges go (default auto)"),
@@ -149,6 +151,13 @@ VARIABLES: tuple[Variable, ...] = (
         "with `MSTX_MARKS_OUT` and the verl preset: each step's figures (per role busy and idle,"
         " rollout long tail, critical path, weight sync) go to verl's own logger under `mstx/`;"
         " 0 turns that off",
+    ),
+    Variable(
+        RAY_CLOCK,
+        "1/0, true/false, yes/no, on/off (default on)",
+        "with `MSTX_MARKS_OUT`, each Ray process measures its clock against one small actor"
+        " (`mstx_marks_clock`, no CPU) from time to time, so that `summary` aligns machines'"
+        " clocks; 0 turns that off",
     ),
     Variable(
         RUN,

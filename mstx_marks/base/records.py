@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, List, Literal, Mapping, NamedTuple, Optional, Tuple, Union
 
 __all__ = [
+    "CLOCK_DOMAIN",
+    "ROUND_TRIP",
     "STEP_PHASE",
     "InstantRecord",
     "Member",
@@ -30,6 +32,7 @@ __all__ = [
     "RangeRecord",
     "RankTrace",
     "Record",
+    "RoundTrip",
     "Span",
     "TraceFileError",
     "plain_args",
@@ -180,6 +183,56 @@ class Origin(NamedTuple):
 
         return cls(text("host"), text("boot_id"), integer("anchor_ns"),
                    integer("clock_step_ns") or 0)  # fmt: skip
+
+
+#: The domain and name of the instant that records a :class:`RoundTrip`.
+CLOCK_DOMAIN = "mstx_marks.clock"
+ROUND_TRIP = "clock round trip"
+
+
+class RoundTrip(NamedTuple):
+    """One exchange of clock readings with a peer process (a Ray clock actor), as NTP makes
+    them: the recording process read its clock (``sent_ns``), the peer read its own while it
+    answered (``peer_ns``), the recording process read its clock again (``received_ns``). Both
+    processes' times are on their own axes (monotonic plus anchor: :class:`Origin`), so the
+    recording machine's clock runs ahead of the peer's by θ in ``[sent - peer, received -
+    peer]``, whatever the delays each way. It is recorded as an instant of :data:`CLOCK_DOMAIN`,
+    its fields in the instant's args, so it reaches every file the process writes.
+
+    >>> t = RoundTrip(100, 160, 1_000_120, "head", "b00t", 7)
+    >>> t.bounds(), RoundTrip.of(ROUND_TRIP, CLOCK_DOMAIN, t.args()) == t
+    ((-1000020, -999960), True)
+    """
+
+    sent_ns: int
+    received_ns: int
+    peer_ns: int
+    peer_host: str
+    peer_boot_id: str
+    #: The peer process's anchor: ``peer_ns`` less it is the peer machine's monotonic clock.
+    peer_anchor_ns: int
+
+    def bounds(self) -> tuple[int, int]:
+        """θ's bounds, on the two processes' axes."""
+        return self.sent_ns - self.peer_ns, self.received_ns - self.peer_ns
+
+    def args(self) -> Dict[str, Any]:
+        """The instant's args."""
+        return self._asdict()
+
+    @classmethod
+    def of(cls, name: str, domain: str, args: Optional[Mapping[str, Any]]) -> Optional[RoundTrip]:
+        """The round trip an instant records, or None when it is none (or malformed: a file
+        another program edited)."""
+        if domain != CLOCK_DOMAIN or name != ROUND_TRIP or not args:
+            return None
+        values: list[Any] = [args.get(f) for f in cls._fields]
+        if not all(isinstance(v, str) for v in values[3:5]):
+            return None
+        if not all(type(v) is int for v in (*values[:3], values[5])):
+            return None
+        trip = cls(*values)
+        return trip if trip.sent_ns <= trip.received_ns else None
 
 
 @dataclass

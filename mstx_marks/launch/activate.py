@@ -163,6 +163,9 @@ def _activate() -> None:
         problem = cannot_write(folder)
         if problem is None:
             record_to(folder)
+            from mstx_marks.launch import ray_clock
+
+            ray_clock.arm()
         else:  # one line now: not a recording that waits in memory and fails again at exit
             warn(f"{problem}: nothing is recorded or written for {env.OUT} in this process")
     frameworks = parse_instrument(env.text(env.INSTRUMENT))

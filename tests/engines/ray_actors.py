@@ -2,8 +2,9 @@
 
 ``hook OUT N1 N2 PAUSE RESULT``: ``worker_process_setup_hook="mstx_marks.activate"``
 with ``MSTX_MARKS_OUT=OUT`` in ``env_vars``; two actors (``RANK`` 0 and 1) run N1 and N2 ranges
-of a method decorated with ``mstx_marks.mstx_range``, a third actor records nothing; PAUSE
-seconds later a plain ``ray.shutdown()`` (Ray ends its workers from C++: SIGTERM, then SIGKILL
+of a method decorated with ``mstx_marks.mstx_range``, a third actor records nothing; once each
+marked actor's spill holds a clock round trip (launch/ray_clock.py), PAUSE seconds later a plain
+``ray.shutdown()`` (Ray ends its workers from C++: SIGTERM, then SIGKILL
 or ``_exit`` within milliseconds; no atexit hook, no Python signal handler runs).
 
 ``verl OUT K RESULT``: the documented verl form, ``env_vars`` only (``MSTX_MARKS_OUT``,
@@ -72,9 +73,27 @@ def hook(out: str, n1: int, n2: int, pause: float) -> dict[str, Any]:
     idle = Idle.remote()
     marked = ray.get([a.run.remote(n) for a, n in zip(actors, (n1, n2))])
     idle_info = ray.get(idle.run.remote())
+    waited = _until_round_trips(out, [m["pid"] for m in marked])
     time.sleep(pause)
     ray.shutdown()
-    return {"marked": marked, "idle": idle_info}
+    return {"marked": marked, "idle": idle_info, "round_trips_after_s": waited}
+
+
+def _until_round_trips(out: str, pids: list[int], limit: float = 90.0) -> float | None:
+    """Seconds until each of ``pids``'s spills holds a clock round trip (the clock actor is a
+    new worker process: seconds on a loaded machine); None past ``limit``."""
+    from pathlib import Path
+
+    began = time.monotonic()
+    while time.monotonic() - began < limit:
+        texts = [
+            "".join(p.read_text(errors="replace") for p in Path(out).glob(f"spill/*-{pid}*.jsonl"))
+            for pid in pids
+        ]
+        if all('"clock round trip"' in t for t in texts):
+            return time.monotonic() - began
+        time.sleep(0.2)
+    return None
 
 
 def env(out: str, n1: int, n2: int, pause: float) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from mstx_marks.base.records import CLOCK_DOMAIN, ROUND_TRIP, RoundTrip
 from mstx_marks.cli.main import main
 
 MS = 10**6
@@ -33,6 +34,28 @@ STEPS = 3
 
 
 @dataclass
+class Peer:
+    """A clock actor: its host and boot id, its machine's anchor (that of the job's processes
+    there), how far its own process's anchor lies from that one (each process takes its own:
+    the reader must put the actor's readings on the machine's axis) and how far its machine's
+    clock runs ahead of true time."""
+
+    host: str
+    boot_id: str
+    machine_anchor_ns: int
+    anchor_skew_ns: int = 0
+    ahead_ns: int = 0
+
+    @property
+    def anchor_ns(self) -> int:
+        return self.machine_anchor_ns + self.anchor_skew_ns
+
+    def read(self, t_ms: float) -> int:
+        """Its clock on its own axis at a true time (ms)."""
+        return T0 + round(t_ms * MS) + self.ahead_ns + self.anchor_skew_ns
+
+
+@dataclass
 class Proc:
     """One process as it ran: who it is, where, and its ranges in true ms ``(name, start,
     end)`` (floats: sub-millisecond times allowed)."""
@@ -47,9 +70,18 @@ class Proc:
     #: How far its host's clock is ahead of true time at a true time (ns -> ns).
     ahead: Callable[[int], int] = lambda _t: 0
     ranges: list[tuple[str, float, float]] = field(default_factory=list)
+    #: Its clock round trips to a peer: (true ms it sent, the peer read its clock, it received;
+    #: the peer).
+    trips: list[tuple[float, float, float, Peer]] = field(default_factory=list)
 
     def add(self, name: str, start_ms: float, end_ms: float) -> Proc:
         self.ranges.append((name, start_ms, end_ms))
+        return self
+
+    def trip(self, sent_ms: float, out_ms: float, back_ms: float, peer: Peer) -> Proc:
+        """A round trip sent at ``sent_ms`` (true), ``out_ms`` on the way to ``peer`` and
+        ``back_ms`` on the way back (asymmetric delays: its midpoint is not the truth)."""
+        self.trips.append((sent_ms, sent_ms + out_ms, sent_ms + out_ms + back_ms, peer))
         return self
 
     def recorded(self, t_ms: float) -> int:
@@ -73,6 +105,11 @@ def write_spill(folder: Path, proc: Proc, run: str = "r1") -> Path:
         lines.append(
             json.dumps(["r", name, "default", proc.recorded(start), proc.recorded(end), 1])
         )
+    for sent, at, received, peer in proc.trips:  # (as ray_clock records them)
+        trip = RoundTrip(proc.recorded(sent), proc.recorded(received), peer.read(at), peer.host,
+                         peer.boot_id, peer.anchor_ns)  # fmt: skip
+        item = ["i", ROUND_TRIP, CLOCK_DOMAIN, trip.received_ns, None, 1, trip.args()]
+        lines.append(json.dumps(item))
     lines.append(json.dumps({"complete": True}))
     path = folder / "spill" / f"{proc.host}-{proc.pid}-{proc.instance or 'x'}.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -798,9 +798,7 @@ def _pairs(
     return pairs
 
 
-def mismatches(
-    doc: dict[str, Any], truth: Truth, tol: int = US, held: bool = True
-) -> list[str]:
+def mismatches(doc: dict[str, Any], truth: Truth, tol: int = US, held: bool = True) -> list[str]:
     """Every figure of ``summary --json``'s ``doc`` that differs from ``truth`` by more than
     ``tol`` ns (counts exactly, the tokens and requests the engines' model steps carried
     too); ``held``: also each role table's unmarked and outside time (not known of a

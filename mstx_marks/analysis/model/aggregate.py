@@ -68,7 +68,7 @@ from mstx_marks.analysis.model.steps import (
     step_windows,
 )
 from mstx_marks.base.phases import MEASURED_ELSEWHERE
-from mstx_marks.base.records import Member, RangeRecord, RankTrace, Span
+from mstx_marks.base.records import Member, RangeRecord, RankTrace, RoundTrip, Span
 
 __all__ = [
     "POOL_LIMIT",
@@ -324,11 +324,15 @@ def aggregate_trace(
     lo = hi = None
     backwards = 0
     unmarked: set[str] = set()
+    trips: list[RoundTrip] = []
     for r in records:
         if not isinstance(r, RangeRecord):
             method = unmarked_method(r.name, r.domain)
             if method is not None:
                 unmarked.add(method)
+            trip = RoundTrip.of(r.name, r.domain, r.args)
+            if trip is not None:
+                trips.append(trip)
             continue
         if r.end_ns < r.start_ns:  # ends before it starts: no duration to count
             backwards += 1
@@ -385,7 +389,7 @@ def aggregate_trace(
     )
     if options.per_step:  # (nested now sorted by thread, then start)
         part.spans = spans_of_ranges(nested, found, batches=batches, fences=options.fences)
-        part.spans.identify(trace.origin, part.pids, trace.instance)
+        part.spans.identify(trace.origin, part.pids, trace.instance).round_trips = trips
         lives = (aggregate_trace(life, fold, steps).spans for life in trace.lives)
         part.lanes = [s for s in lives if s is not None]
     return part

@@ -37,6 +37,13 @@ said as "at least" (Jaeger's clock-skew adjuster); no pairs, nothing applied ("n
 pairs that contradict (no offset satisfies them all), nothing applied, the pairs named, drift
 suspected. Time within the bound of a step's edge counts as uncertain (:func:`edge_doubt`).
 
+**Round trips.** A process that exchanged clock readings with a peer (the Ray clock actor:
+:class:`~mstx_marks.base.records.RoundTrip`) bounds its machine's θ against the peer's machine
+by ``[sent - peer, received - peer]``, each on its machine's axis: causal by construction, so
+trusted unchecked, and intersected with the nested calls of the same two machines. A peer on a
+machine where no process of the job recorded links the machines that measured against it
+(chained as above, on its monotonic clock).
+
 >>> from mstx_marks.analysis.model.spans import ProcessSpans
 >>> from mstx_marks.analysis.model.steps import Step
 >>> from mstx_marks.base.records import Origin
@@ -66,7 +73,7 @@ from mstx_marks.analysis.model.batches import MODEL_STEPS, Batches
 from mstx_marks.analysis.model.spans import ProcessSpans
 from mstx_marks.base import phases
 from mstx_marks.base.diagnostics import counted
-from mstx_marks.base.records import Member, Span
+from mstx_marks.base.records import Member, RoundTrip, Span
 
 __all__ = [
     "ANCHORS_APART",
@@ -178,6 +185,10 @@ class MachineClock:
     conflicts: list[str] = field(default_factory=list)
     #: The sources of its pairs that could not be checked on the reference's machine.
     unchecked: list[str] = field(default_factory=list)
+    #: How many clock round trips bound it (besides ``pairs``).
+    round_trips: int = 0
+    #: The anchor its processes are moved onto (None: none of them says one).
+    anchor_ns: int | None = None
 
     @property
     def bound_ns(self) -> int | None:
@@ -200,13 +211,13 @@ class MachineClock:
         if self.status == "measured":
             return (
                 f"{self.name} {_ahead(self.offset_ns)} ±{(self.bound_ns or 0) / 1e6:.3f} ms"
-                f" (measured from {self.pairs} nested calls, applied{self._unchecked_said()})"
+                f" (measured from {self._sources()}, applied{self._unchecked_said()})"
             )
         if self.status == "at least":
             if self.offset_ns:
                 return (
-                    f"{self.name} at least {_ahead(self.offset_ns)} (one-sided: {self.pairs}"
-                    " nested calls bound it on one side only; the smallest shift applied"
+                    f"{self.name} at least {_ahead(self.offset_ns)} (one-sided:"
+                    f" {self._sources()} bound it on one side only; the smallest shift applied"
                     f"{self._unchecked_said()})"
                 )
             bound = (
@@ -215,7 +226,7 @@ class MachineClock:
                 else f"at most {_ahead(self.high_ns or 0)}"
             )
             return (
-                f"{self.name}: {bound} (one-sided: {self.pairs} nested calls), which its wall"
+                f"{self.name}: {bound} (one-sided: {self._sources()}), which its wall"
                 " clock satisfies: not moved"
             )
         if self.status == "contradicting":
@@ -224,6 +235,15 @@ class MachineClock:
                 f" ({'; '.join(self.conflicts)})"
             )
         return f"{self.name}: not measured (no nested calls), placed by its wall clock"
+
+    def _sources(self) -> str:
+        """What bounds it: ``4 nested calls``, ``12 round trips`` or both."""
+        said = [f"{self.pairs} nested calls"] if self.pairs or not self.round_trips else []
+        if self.round_trips:
+            said.append(
+                f"{counted(self.round_trips, 'round trip', 'round trips')} to the clock actor"
+            )
+        return " and ".join(said)
 
     def _unchecked_said(self) -> str:
         if not self.unchecked:
@@ -441,7 +461,8 @@ def _machines(procs: list[_Proc]) -> list[MachineClock]:
             p.anchor_shift = shared - a if shared is not None and a is not None else 0
         hosts = sorted({p.spans.host for p in mine if p.spans.host})
         boot = mine[0].spans.boot_id
-        machines.append(MachineClock(key, hosts, boot, sorted({p.member for p in mine})))
+        members = sorted({p.member for p in mine})
+        machines.append(MachineClock(key, hosts, boot, members, anchor_ns=shared))
     _name_machines(machines)
     return machines
 
@@ -550,6 +571,56 @@ class _Pair:
     call: int
     outer: Span
     inner: Span
+
+    def said(self, value: int, how: str) -> str:
+        return (
+            f"{self.held.member.label}'s {self.source} in {self.holder.member.label}'s call"
+            f" {self.call + 1} says {how} {_ahead(value)}"
+        )
+
+
+@dataclass
+class _Trip:
+    """One clock round trip of a process to a peer on another machine."""
+
+    proc: _Proc
+    peer: str
+    trip: RoundTrip
+
+    def said(self, value: int, how: str) -> str:
+        return f"{self.proc.member.label}'s round trip to {self.peer} says {how} {_ahead(value)}"
+
+
+def _trip_bounds(
+    procs: list[_Proc], machines: list[MachineClock]
+) -> tuple[dict[tuple[int, int], list[tuple[Bound, _Pair | _Trip]]], int]:
+    """θ's bounds from each round trip, per (peer's machine, process's machine), on the
+    machines' axes (see the module's docstring); and how many peers ran on no machine of the
+    job (numbered after ``machines``, on their monotonic clock: they only link machines)."""
+    by_boot = {m.boot_id: i for i, m in enumerate(machines) if m.boot_id}
+    by_host: dict[str, list[int]] = {}
+    for i, m in enumerate(machines):
+        for host in m.hosts:
+            by_host.setdefault(host, []).append(i)
+    others: dict[str, int] = {}  # a peer on a machine of no process: its boot id (or host)
+    found: dict[tuple[int, int], list[tuple[Bound, _Pair | _Trip]]] = {}
+    for p in procs:
+        if p.machine is None:
+            continue
+        for trip in p.spans.round_trips:
+            named = by_host.get(trip.peer_host, [])
+            peer = by_boot.get(trip.peer_boot_id, named[0] if len(named) == 1 else None)
+            anchor = 0 if peer is None else machines[peer].anchor_ns
+            if peer is None:
+                key = trip.peer_boot_id or trip.peer_host
+                peer = others.setdefault(key, len(machines) + len(others))
+            if peer == p.machine or anchor is None:
+                continue  # (the same machine: θ is 0 there, nothing to learn)
+            at = trip.peer_ns - trip.peer_anchor_ns + anchor  # (on the peer machine's axis)
+            lo, hi = trip.sent_ns + p.anchor_shift - at, trip.received_ns + p.anchor_shift - at
+            name = machines[peer].name if peer < len(machines) else trip.peer_host
+            found.setdefault((peer, p.machine), []).append(((lo, hi), _Trip(p, name, trip)))
+    return found, len(others)
 
 
 def _calls(p: _Proc, phase: str) -> list[Span]:
@@ -663,28 +734,34 @@ def _measure(procs: list[_Proc], reference: list[_Proc], machines: list[MachineC
     assert ref is not None
     pairs = _pairs(procs, reference)
     sides, unchecked = _trusted(pairs)
-    edges: dict[tuple[int, int], list[tuple[Bound, _Pair]]] = {}
+    edges: dict[tuple[int, int], list[tuple[Bound, _Pair | _Trip]]] = {}
     for pair in pairs:
         a, b = pair.holder.machine, pair.held.machine
         starts, ends = sides.get((id(pair.holder), pair.source), (False, False))
         if a is None or b is None or a == b or not (starts or ends):
             continue
-        edges.setdefault((a, b), []).append((_interval(pair.outer, pair.inner, starts, ends), pair))
+        bound = _interval(pair.outer, pair.inner, starts, ends)
+        edges.setdefault((a, b), []).append((bound, pair))
         if (id(pair.holder), pair.source) in unchecked and pair.source not in machines[b].unchecked:
             machines[b].unchecked.append(pair.source)
+    trips, peers = _trip_bounds(procs, machines)
+    for key, found in trips.items():
+        edges.setdefault(key, []).extend(found)
     bounds: dict[tuple[int, int], Bound] = {}
     for (a, b), found in edges.items():
         count, lo, hi = marzullo([bound for bound, _ in found])
+        linked = [machines[i] for i in (a, b) if i != ref and i < len(machines)]
         if count < len(found):  # no offset satisfies them all
-            for m in (machines[a], machines[b]):
-                if m is not machines[ref]:
-                    m.status = "contradicting"
-                    m.conflicts = _conflicts(found)
+            for m in linked:
+                m.status = "contradicting"
+                m.conflicts = _conflicts(found)
             continue
         bounds[(a, b)] = (lo, hi)
-        machines[b].pairs += len(found)
-        machines[a].pairs += len(found) if a != ref else 0
-    low, high = _solve(len(machines), ref, bounds)
+        nested = sum(isinstance(source, _Pair) for _, source in found)
+        for m in linked:
+            m.pairs += nested
+            m.round_trips += len(found) - nested
+    low, high = _solve(len(machines) + peers, ref, bounds)
     machines[ref].status = "reference"
     for i, m in enumerate(machines):
         if i == ref or m.status == "contradicting":
@@ -732,7 +809,7 @@ def _add(x: int, y: int) -> int:
     return max(_LOW, min(_HIGH, x + y))
 
 
-def _conflicts(found: list[tuple[Bound, _Pair]]) -> list[str]:
+def _conflicts(found: list[tuple[Bound, _Pair | _Trip]]) -> list[str]:
     """The pairs that cannot both hold: the one that bounds θ highest from below and the one
     that bounds it lowest from above."""
     lows = [(bound[0], pair) for bound, pair in found if bound[0] > _LOW]
@@ -742,15 +819,8 @@ def _conflicts(found: list[tuple[Bound, _Pair]]) -> list[str]:
         lo, a = max(lows, key=lambda x: x[0])
         hi, b = min(highs, key=lambda x: x[0])
         if lo > hi:
-            named = [_said(a, lo, "at least"), _said(b, hi, "at most")]
+            named = [a.said(lo, "at least"), b.said(hi, "at most")]
     return named[:_NAMED] or ["a pair whose inner call is longer than its outer one"]
-
-
-def _said(pair: _Pair, value: int, how: str) -> str:
-    return (
-        f"{pair.held.member.label}'s {pair.source} in {pair.holder.member.label}'s call"
-        f" {pair.call + 1} says {how} {_ahead(value)}"
-    )
 
 
 def _machine_notes(machines: list[MachineClock]) -> list[str]:

@@ -54,7 +54,7 @@ from mstx_marks.analysis.model.batches import (
     gaps_to_join,
 )
 from mstx_marks.analysis.model.steps import Step
-from mstx_marks.base.records import Origin, Span
+from mstx_marks.base.records import Origin, RoundTrip, Span
 
 __all__ = [
     "BUILD_LIMIT",
@@ -431,6 +431,9 @@ class ProcessSpans:
     #: Times on its clock no span or run is ever joined across (sorted): the job's step edges,
     #: when it is read a second time (see the module's docstring).
     fences: Sequence[int] = ()
+    #: Its clock measured against a peer's (a Ray clock actor), on its own axis: see
+    #: :class:`~mstx_marks.base.records.RoundTrip` and :mod:`mstx_marks.analysis.model.clocks`.
+    round_trips: list[RoundTrip] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.fences:
@@ -524,6 +527,7 @@ class ProcessSpans:
             mine.merge(spans)
         self.busy.merge(other.busy)
         self.batches.merge(other.batches)
+        self.round_trips += other.round_trips
         if len(other.step_starts):
             steps = {(s, e): k for s, e, k in [*self.steps(), *other.steps()]}
             ordered = sorted(steps)

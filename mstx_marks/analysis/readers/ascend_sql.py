@@ -65,7 +65,15 @@ from mstx_marks.analysis.model.steps import (
     with_notes,
 )
 from mstx_marks.analysis.readers.chrome_json import NothingToRead
-from mstx_marks.base.records import InstantRecord, RangeRecord, RankTrace, Record, TraceFileError
+from mstx_marks.base.records import (
+    CLOCK_DOMAIN,
+    InstantRecord,
+    RangeRecord,
+    RankTrace,
+    Record,
+    RoundTrip,
+    TraceFileError,
+)
 from mstx_marks.export.ascend_db import (
     EVENT_INSTANT,
     EVENT_MARKER,
@@ -411,8 +419,28 @@ def _aggregate(
     if steps.per_step:  # (nested now sorted by thread, then start)
         batches = _batches(db, tables, raw, phase, step_keys | auto_keys, paired, fold, steps)
         part.spans = spans_of_ranges(nested, found, batches=batches, fences=steps.fences)
-        part.spans.identify(about.origin, pids, about.instance)
+        part.spans.identify(about.origin, pids, about.instance).round_trips = _round_trips(
+            db, tables, names
+        )
     return part
+
+
+def _round_trips(
+    db: sqlite3.Connection, tables: set[str], names: dict[int, str]
+) -> list[RoundTrip]:
+    """The clock round trips the process recorded (instants whose args ``MSTX_ARGS`` keeps)."""
+    domains = [i for i, v in names.items() if v == CLOCK_DOMAIN]
+    if not domains or "MSTX_ARGS" not in tables:
+        return []
+    rows = _query(
+        db,
+        "SELECT m.value, a.args FROM MSTX_EVENTS e JOIN MSTX_ARGS a ON a.eventId = e.rangeId"
+        " LEFT JOIN STRING_IDS m ON e.message = m.id"
+        f" WHERE e.eventType IN {_MARKS} AND e.domainId IN"
+        f" (SELECT id FROM {_id_table(db, 'clock_domains', domains)}) ORDER BY e.startNs",
+    )
+    trips = (RoundTrip.of(text(name, ""), CLOCK_DOMAIN, args_of(a)) for name, a in rows)
+    return [t for t in trips if t is not None]
 
 
 def _batches(
@@ -433,16 +461,12 @@ def _batches(
     if "MSTX_ARGS" in tables:
         args, join = "a.args", "LEFT JOIN MSTX_ARGS a ON a.eventId = e.rangeId"
     ids = _id_table(db, "model_steps", {m for m, _ in keys})
-    rows = (
-        []
-        if not keys
-        else _query(
-            db,
-            f"SELECT e.startNs, e.endNs, e.message, e.domainId, {args} FROM MSTX_EVENTS e {join}"
-            f" WHERE {_VALID} AND e.eventType IN {_RANGE_KINDS} AND e.message IN (SELECT id FROM {ids})"
-            " ORDER BY e.startNs",
-        )
+    query = (
+        f"SELECT e.startNs, e.endNs, e.message, e.domainId, {args} FROM MSTX_EVENTS e {join}"
+        f" WHERE {_VALID} AND e.eventType IN {_RANGE_KINDS}"
+        f" AND e.message IN (SELECT id FROM {ids}) ORDER BY e.startNs"
     )
+    rows = _query(db, query) if keys else []
     for start, end, m, d, text_args in rows:
         if (m, d) in keys:
             found.add(int(start), int(end), phase[(m, d)], args_of(text_args))

@@ -86,10 +86,12 @@ from mstx_marks.analysis.model.steps import (
     with_notes,
 )
 from mstx_marks.base.records import (
+    CLOCK_DOMAIN,
     InstantRecord,
     RangeRecord,
     RankTrace,
     Record,
+    RoundTrip,
     Span,
     TraceFileError,
 )
@@ -298,6 +300,10 @@ class StreamAggregator:
             method = unmarked_method(rec.name, rec.domain)
             if method is not None:
                 self.unmarked.add(method)
+        elif rec.domain == CLOCK_DOMAIN and self.spans is not None:
+            trip = RoundTrip.of(rec.name, rec.domain, rec.args)
+            if trip is not None:
+                self.spans.round_trips.append(trip)
 
     def add_file_steps(self, steps: list[Step]) -> None:
         """Steps the file lists (a database's ``STEP_TIME``), with their ids."""

@@ -204,11 +204,13 @@ def _member(m: Any) -> dict[str, Any] | None:
 def _machine(m: MachineClock) -> dict[str, Any]:
     """A machine's clock (``offset_ns``: how far ahead of the reference's, as applied;
     ``low_ns``/``high_ns`` the bounds measured, None: unbounded; ``bound_ns`` how far the
-    applied offset may be off, None: not bounded)."""
+    applied offset may be off, None: not bounded; ``pairs`` the nested calls and
+    ``round_trips`` the clock actor's exchanges that bound it)."""
     return {
         "name": m.name, "hosts": m.hosts, "boot_id": m.boot_id, "status": m.status,
         "offset_ns": m.offset_ns, "low_ns": m.low_ns, "high_ns": m.high_ns,
-        "bound_ns": m.bound_ns, "pairs": m.pairs, "conflicts": m.conflicts,
+        "bound_ns": m.bound_ns, "pairs": m.pairs, "round_trips": m.round_trips,
+        "conflicts": m.conflicts,
         "processes": [x.key for x in m.members],
     }  # fmt: skip
 
