@@ -142,6 +142,9 @@ SPECS: dict[str, Spec] = {
                 "msgspec",
                 # verl's v1 trainer imports it.
                 "TransferQueue>=0.1.10",
+                # verl's `tensorboard` logger (torch.utils.tensorboard) and reading its event
+                # files back (tests/test_live_grpo.py); 2.21 takes vLLM's protobuf 7 and grpcio.
+                "tensorboard==2.21.0",
             ),
             # verl's own requirements pull CUDA torch, vLLM 0.24 and more: take verl alone.
             ("install", "--no-deps", "verl==0.9.1"),
@@ -154,6 +157,8 @@ SPECS: dict[str, Spec] = {
             "import verl; assert verl.__version__ == '0.9.1', verl.__version__",
             "import transfer_queue",
             "import verl.trainer.main_ppo, verl.workers.engine_workers",
+            "from torch.utils.tensorboard import SummaryWriter",
+            "from tensorboard.backend.event_processing.event_accumulator import EventAccumulator",
         ),
     ),
     # vllm-ascend's real NPU worker on CPU (tests/test_vllm_ascend.py, with torch_npu stubbed by
