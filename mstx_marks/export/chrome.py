@@ -29,8 +29,11 @@ those of the spill it was exported from, never the writer's), which
 :func:`read_chrome_trace` gives back.
 
 Timestamps are microseconds after ``otherData.origin_ns`` rather than since the epoch: a float
-holds an epoch time in microseconds only to a quarter of a microsecond, but small offsets keep
-every nanosecond, so :func:`read_chrome_trace` gives back exactly what was recorded.
+holds an epoch time in microseconds only to a quarter of a microsecond, but offsets under
+10^12 us keep every nanosecond, so :func:`read_chrome_trace` gives back exactly what was
+recorded. The origin lies on a grid of 10^6 s (:func:`origin_of`), the same for every file of a
+job (but one that straddles a line of the grid, every 11.6 days), so that tools that ignore it
+(HTA) still line the files up.
 
 The document is built whole by :func:`chrome_trace` (a few events, and the reference) and
 written a batch of events at a time, in bounded memory, by :class:`TraceWriter`
@@ -38,9 +41,9 @@ written a batch of events at a time, in bounded memory, by :class:`TraceWriter`
 :mod:`mstx_marks.export.stream`): the same JSON values, with times written with three decimals.
 
 >>> from mstx_marks.base.records import RangeRecord
->>> r = RangeRecord("gen", "default", 2_000_000_500, 2_000_001_750, 7, 42)
+>>> r = RangeRecord("gen", "default", 1_760_000_000_000_000_500, 1_760_000_000_000_001_750, 7, 42)
 >>> ev = chrome_trace([RankTrace(0, [r])])["traceEvents"][-1]
->>> ev["ph"], ev["ts"], ev["dur"], ev["tid"]
+>>> ev["ph"], ev["ts"], ev["dur"], ev["tid"]  # (ts: microseconds after the grid's line)
 ('X', 0.5, 1.25, 7)
 """
 
@@ -86,6 +89,7 @@ from mstx_marks.export.start_order import (
 __all__ = [
     "GENERATOR",
     "MAX_JSON_BYTES",
+    "ORIGIN_GRID_NS",
     "OVERLAP_TID",
     "RESERVED_ARGS",
     "JsonTooLarge",
@@ -100,6 +104,7 @@ __all__ = [
     "live_thread_names",
     "load_trace_json",
     "nesting_tracks",
+    "origin_of",
     "read_chrome_doc",
     "read_chrome_trace",
     "thread_label",
@@ -112,7 +117,6 @@ __all__ = [
 
 #: ``otherData.generator`` of the files this module writes; the reader accepts only those.
 GENERATOR = "mstx_marks"
-_NS_PER_S = 1_000_000_000
 #: The ``args`` keys this module writes itself.
 RESERVED_ARGS = frozenset({"domain", "open", "args"})
 # The merged job timeline's step track (mstx_marks.analysis.render.merge.STEP_CATEGORY): not
@@ -129,9 +133,24 @@ def _ns(us: Any) -> int:
     return round(float(us) * 1000)
 
 
+#: Every file's ``origin_ns`` lies on this grid (10^6 s, 11.6 days): the files of one job share
+#: it, so a tool that reads several as one job (HTA, which ignores ``otherData``) places them on
+#: one axis; and ``ts`` stays under 10^12 us, where a float still holds every nanosecond.
+ORIGIN_GRID_NS = 10**15
+
+
+def origin_of(first_ns: int) -> int:
+    """The ``origin_ns`` of a file whose earliest event starts at ``first_ns``.
+
+    >>> origin_of(1_760_000_123_456_789_012)
+    1760000000000000000
+    """
+    return first_ns // ORIGIN_GRID_NS * ORIGIN_GRID_NS
+
+
 def _default_origin(traces: Sequence[RankTrace]) -> int:
     starts = [r.start_ns for t in traces for r in t.records]
-    return (min(starts) // _NS_PER_S) * _NS_PER_S if starts else 0
+    return origin_of(min(starts)) if starts else 0
 
 
 def event_args(rec: Record) -> dict[str, Any]:

@@ -45,7 +45,7 @@ from typing import IO, NamedTuple
 
 from mstx_marks.base.records import RankTrace
 from mstx_marks.export.ascend_db import DbWriter, ascend_db_path, db_meta_of, write_beside
-from mstx_marks.export.chrome import TraceWriter
+from mstx_marks.export.chrome import TraceWriter, origin_of
 from mstx_marks.export.files import (
     UnsafeOutput,
     atomic_paths,
@@ -65,8 +65,6 @@ __all__ = [
     "process_db_path",
     "process_files",
 ]
-
-_NS_PER_S = 1_000_000_000
 
 
 class Exported(NamedTuple):
@@ -278,9 +276,7 @@ def _write(
                     rows.add(batch)
                     yield batch
 
-            # The origin: the earliest start, to the second below (write_chrome_trace's).
-            first = order.first or 0
-            writer = TraceWriter(f, first // _NS_PER_S * _NS_PER_S, scratch)
+            writer = TraceWriter(f, origin_of(order.first or 0), scratch)
             writer.add_process(trace, batches())
             writer.close()
             span = rows.finish(trace.rank, meta)

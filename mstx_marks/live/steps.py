@@ -31,10 +31,11 @@ with it (``mstx/step`` says which step they describe), and so do those made of a
 next log call this is: made with the processes that had written past it, the others left out
 (``mstx/left_out``; a warning names them). So a step is logged at the latest one step late when
 the next step's call comes after :data:`SETTLE_S` (RL steps take seconds to minutes); a
-shorter step's figures are not made by then and go with the first call after they are. The log call only takes what
-the thread made: it never waits (:attr:`LiveSteps.hold_ns`, ``mstx/live/hold_ms``). The
-trainer's last step goes when its ``fit`` ends or its logger's ``finish`` is called
-(:mod:`mstx_marks.capture.live_slot`), which waits for it at most ``finish_s``.
+shorter step's figures are not made by then and go with the first call after they are. The
+log call only takes what the thread made: it never waits (:attr:`LiveSteps.hold_ns`,
+``mstx/live/hold_ms``). The trainer's last step goes when its ``fit`` ends or its logger's
+``finish`` is called (:mod:`mstx_marks.capture.live_slot`), which waits for it at most
+``finish_s``.
 Older figures than the call's own go in calls of their own, at the call's step (W&B takes
 only the current or a later step).
 

@@ -288,6 +288,22 @@ SPECS: dict[str, Spec] = {
             " import vllm.v1.engine.core, vllm.v1.worker.worker_base, vllm.v1.core.sched.output",
         ),
     ),
+    # HolisticTraceAnalysis, the outside anchor of tests/test_hta_anchor.py: 0.5.0 (its latest)
+    # with pandas < 3, which the test environment's pandas is not. Taken alone over what its
+    # parser and analyses import (psutil and PyYAML too, undeclared): its requirements also
+    # name jupyterlab and pytest, which it never imports.
+    "hta": Spec(
+        steps=(
+            ("install", "pandas<3", "numpy", "networkx", "plotly", "pydot", "pyyaml", "psutil"),
+            ("install", "--no-deps", "HolisticTraceAnalysis==0.5.0"),
+        ),
+        checks=(
+            "import pandas; assert int(pandas.__version__.split('.')[0]) < 3, pandas.__version__",
+            "from importlib.metadata import version as v;"
+            " assert v('HolisticTraceAnalysis') == '0.5.0'",
+            "import hta.trace_analysis",
+        ),
+    ),
 }
 
 
