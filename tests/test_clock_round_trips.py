@@ -21,6 +21,7 @@ from support.clock_jobs import (
     MS,
     STEPS,
     WORKER0,
+    WORKER1,
     Peer,
     Proc,
     base,
@@ -110,16 +111,40 @@ def test_a_peer_on_a_machine_of_no_process_links_the_machines_measured_against_i
     assert row(doc, "RewardManager:0")["busy_ns"] == [100 * MS] * STEPS
 
 
-def test_round_trips_that_contradict_the_nested_calls_are_named(tmp_path: Path) -> None:
-    """A peer whose readings are off by a second (a broken clock actor): its round trips and
-    the worker's nested calls cannot both hold; nothing is applied and both are named."""
-    liar = Peer("a", "boot-a", ANCHOR_A, ahead_ns=-1000 * MS)
-    w = worker(1, "b", "boot-b", WORKER0, AHEAD_B)
-    w.trip(base(0) + 100, 0.3, 0.3, liar)
+def test_nested_calls_that_contradict_the_round_trips_are_set_aside(tmp_path: Path) -> None:
+    """A worker on b whose last update ran past the trainer's (it did not nest, as an
+    asynchronous call does not): that pair alone says b is over 300 ms ahead, which no other
+    pair allows. The round trips, causal by construction, win: b is measured from them, the
+    nested calls are set aside and said so."""
+    calls = [*WORKER1[:2], (WORKER1[2][0], (992, 1050))]
+    w = worker(1, "b", "boot-b", calls, AHEAD_B)
+    for s, (out, back) in enumerate(DELAYS):
+        w.trip(base(s) + 100, out, back, Peer("a", "boot-a", ANCHOR_A))
     doc = per_step(write_job(tmp_path, [trainer(), worker(0, "a", "boot-a", WORKER0), w]))
     b = machine(doc, "b")
-    assert b["status"] == "contradicting" and b["offset_ns"] == 0
-    assert any("round trip to a says at least" in c for c in b["conflicts"]), b["conflicts"]
+    lo, hi = true_bounds(AHEAD_B)
+    assert (b["status"], b["low_ns"], b["high_ns"], b["pairs"]) == ("measured", lo, hi, 0)
+    assert "6 nested calls that disagree with them set aside" in doc["clock"]["accuracy"]
+
+
+def test_round_trips_of_a_drifting_clock_bound_it_by_their_hull(tmp_path: Path) -> None:
+    """Host b's clock gains 200 ppm: 0.6 ms over the 3 s job, more than a round trip's width,
+    so no one offset satisfies every round trip. The offset lay inside their hull all along:
+    that is the bound, the movement is said, and every range is placed within it."""
+    drifting = Proc("RewardManager", 0, "b", 400, "boot-b", ANCHOR_B)
+    drifting.ahead = lambda t: AHEAD_B + t * 200 // 10**6
+    for s in range(STEPS):
+        drifting.add("compute_score", base(s) + 600, base(s) + 700)
+        drifting.trip(base(s) + 100, 0.05, 0.05, ACTOR_A)
+    doc = per_step(write_job(tmp_path, [trainer(), worker(0, "a", "boot-a", WORKER0), drifting]))
+    b = machine(doc, "b")
+    truths = [drifting.ahead(round((base(s) + 100.05) * MS)) for s in range(STEPS)]
+    assert b["status"] == "measured" and b["round_trips"] == STEPS
+    assert b["low_ns"] <= min(truths) and max(truths) <= b["high_ns"]
+    assert b["high_ns"] - b["low_ns"] <= max(truths) - min(truths) + 2 * round(0.1 * MS)
+    assert "the offset moved by 0.4" in doc["clock"]["accuracy"]  # (0.4 ms between the trips)
+    busy = row(doc, "RewardManager:0")["busy_ns"]
+    assert all(abs(got - 100 * MS) <= b["bound_ns"] for got in busy)
 
 
 @settings(max_examples=80, deadline=None)

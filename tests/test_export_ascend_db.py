@@ -315,3 +315,58 @@ def test_mindstudio_insight_queries_run_on_our_database(tmp_path: Path) -> None:
         assert conn.execute(_INSIGHT_TYPE, (kind,)).fetchall() == [(2, "start/end")]
         conn.execute(_INSIGHT_DEPTH)
     assert read_ascend_db(db).records  # still ours to read after Insight altered it
+
+
+# -- what the model steps carried (MSTX_ARGS), read by the summary's SQL as by the records ------
+
+
+def _model_step_db(path: Path, marked: bool) -> Path:
+    """Three decode steps carrying tokens and requests: ranges, or ``X_start``/``X_stop`` marks
+    (mstx_sum pairs those into ranges, and so does the summary)."""
+    from mstx_marks.base.records import InstantRecord
+
+    recs: list[Record] = [RangeRecord("step", "default", T0, T0 + 9_000, TID, PID)]
+    for i in range(3):
+        start, end, args = (
+            T0 + 1_000 * (i + 1),
+            T0 + 1_000 * (i + 1) + 500,
+            {"tokens": 8, "reqs": 2},
+        )
+        if marked:
+            recs.append(InstantRecord("decode_batch_start", "vllm", start, TID, PID, args))
+            recs.append(InstantRecord("decode_batch_stop", "vllm", end, TID, PID))
+        else:
+            recs.append(RangeRecord("decode_batch", "vllm", start, end, TID, PID, args=args))
+    return write_ascend_db(path / "ascend_pytorch_profiler_0.db", RankTrace(0, recs))
+
+
+def _runs(db: Path) -> tuple[list[tuple[int, ...]], list[tuple[int, ...]]]:
+    """The model-step runs as the summary's SQL counts them, and as the records do."""
+    from mstx_marks.analysis.model.aggregate import aggregate_trace
+    from mstx_marks.analysis.readers.ascend_sql import aggregate_db
+
+    sql, rec = aggregate_db(db).spans, aggregate_trace(read_ascend_db(db)).spans
+    assert sql is not None and rec is not None
+    return sql.batches.runs(), rec.batches.runs()
+
+
+@pytest.mark.parametrize("marked", [False, True], ids=["ranges", "start/stop marks"])
+def test_model_steps_keep_their_tokens_in_the_database(tmp_path: Path, marked: bool) -> None:
+    sql, rec = _runs(_model_step_db(tmp_path, marked))
+    assert sql == rec
+    assert [(r[2], r[4], r[5], r[6]) for r in sql] == [(1, 8, 2, 1)] * 3  # steps, tokens, reqs
+
+
+@pytest.mark.parametrize("bad", ["nested too deep", "another tool's table"])
+def test_a_bad_args_table_costs_the_args_not_the_file(tmp_path: Path, bad: str) -> None:
+    db = _model_step_db(tmp_path, marked=False)
+    with sqlite3.connect(db) as conn:
+        if bad == "nested too deep":  # (past the JSON parser's recursion limit)
+            conn.execute("UPDATE MSTX_ARGS SET args = ?", ("[" * 200_000,))
+        else:
+            conn.execute("DROP TABLE MSTX_ARGS")
+            conn.execute("CREATE TABLE MSTX_ARGS (id INTEGER, value TEXT)")
+    sql, rec = _runs(db)
+    assert sql == rec
+    assert [(r[2], r[6]) for r in sql] == [(1, 0)] * 3  # counted; tokens not known
+    assert all(r.args is None for r in read_ascend_db(db).ranges)

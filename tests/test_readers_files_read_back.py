@@ -12,6 +12,7 @@ import os
 import shutil
 import sqlite3
 import threading
+import time
 from contextlib import closing
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -119,6 +120,27 @@ def test_a_query_past_its_time_is_stopped_with_the_file_named(
     # the public reader opens it the same way: one way to open a database, one bound
     with pytest.raises(TraceFileError, match="took more than 0 s in one query"):
         read_ascend_db(db)
+
+
+def test_the_time_a_reader_spends_on_the_rows_is_not_the_querys(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sink slower than the query's limit in all (a streaming summary on a loaded machine):
+    every row read, nothing blamed on the file."""
+    recs = [
+        RangeRecord("gen", "default", T0 + 10 * i, T0 + 10 * i + 5, TID, PID) for i in range(5000)
+    ]
+    db = write_ascend_db(tmp_path / "ascend_pytorch_profiler_0.db", RankTrace(0, recs))
+    monkeypatch.setattr(db_open, "query_seconds", lambda size: 0.3)
+    seen: list[Record] = []
+
+    def slow(rec: Record) -> None:
+        seen.append(rec)
+        if len(seen) % 250 == 0:
+            time.sleep(0.05)  # (1 s in all, over 3 times the query's limit)
+
+    read_ascend_db(db, sink=slow)
+    assert len(seen) == 5000
 
 
 # 10. A Chrome trace whose B events never get their E: counted and named in a note.

@@ -95,6 +95,7 @@ __all__ = [
     "HOST_ONLY_CONNECTION",
     "DbWriter",
     "add_metadata",
+    "args_join",
     "args_of",
     "ascend_db_path",
     "db_meta_of",
@@ -586,14 +587,10 @@ def read_ascend_db(
             if missing:
                 raise TraceFileError(path, f"has no {' or '.join(sorted(missing))} table")
             kinds = (EVENT_MARKER, EVENT_PUSH_POP, EVENT_RANGE, EVENT_INSTANT)
-            if "MSTX_ARGS" in tables:
-                query = _EVENTS_QUERY.format(
-                    args="a.args", join="LEFT JOIN MSTX_ARGS a ON a.eventId = e.rangeId"
-                )
-            else:
-                query = _EVENTS_QUERY.format(args="NULL", join="")
+            args, join = args_join(db, tables)
+            query = _EVENTS_QUERY.format(args=args, join=join)
             try:
-                skipped = event_records(db.execute(query, kinds), sink or records.append)
+                skipped = event_records(db.paced(db.execute(query, kinds)), sink or records.append)
             except (TypeError, ValueError, OverflowError) as e:
                 raise TraceFileError(path, f"has a malformed MSTX_EVENTS row ({e})") from e
             steps = []
@@ -667,6 +664,21 @@ def event_records(rows: Iterable[Any], sink: Callable[[Record], object]) -> int:
     return skipped
 
 
+def args_join(db: sqlite3.Connection, tables: set[str]) -> tuple[str, str]:
+    """The column and the join that give each ``MSTX_EVENTS e`` row its args: ours
+    (``MSTX_ARGS(eventId, args)``), or ``("NULL", "")`` where there is none (another tool's
+    table of that name, with other columns, is not read)."""
+    if "MSTX_ARGS" not in tables:
+        return "NULL", ""
+    try:
+        columns = {row[1] for row in db.execute("PRAGMA table_info(MSTX_ARGS)")}
+    except sqlite3.Error:
+        return "NULL", ""
+    if not {"eventId", "args"} <= columns:
+        return "NULL", ""
+    return "a.args", "LEFT JOIN MSTX_ARGS a ON a.eventId = e.rangeId"
+
+
 def args_of(text: Any) -> dict[str, Any] | None:
     """An event's args as ``MSTX_ARGS`` holds them (JSON), or None when there are none or they
     are not an object.
@@ -678,6 +690,6 @@ def args_of(text: Any) -> dict[str, Any] | None:
         return None
     try:
         args = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # (nested deeper than the parser goes: not ours)
         return None
     return args if isinstance(args, dict) and args else None

@@ -413,7 +413,7 @@ def chrome_trace(traces: Iterable[RankTrace], origin_ns: int | None = None) -> d
     in memory, for a few events (:func:`write_chrome_trace` writes the same document, a batch
     of events at a time).
 
-    ``origin_ns`` defaults to the earliest event rounded down to a whole second.
+    ``origin_ns`` defaults to :func:`origin_of` the earliest event.
     """
     traces = list(traces)
     origin = _default_origin(traces) if origin_ns is None else origin_ns

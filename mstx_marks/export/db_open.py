@@ -25,7 +25,7 @@ import sqlite3
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 from mstx_marks.base.records import TraceFileError
 from mstx_marks.export.files import open_regular
@@ -67,6 +67,14 @@ class BoundedConnection(sqlite3.Connection):
     def executemany(self, sql: str, parameters: Any, /) -> sqlite3.Cursor:
         self.until = time.monotonic() + self.limit
         return super().executemany(sql, parameters)
+
+    def paced(self, rows: Iterable[Any]) -> Iterator[Any]:
+        """``rows`` (a query's cursor) as they come, the time limit counted again every few
+        rows: what the caller does with a row is its own time, not the query's."""
+        for i, row in enumerate(rows):
+            if not i & 255:
+                self.until = time.monotonic() + self.limit
+            yield row
 
     def past_deadline(self) -> int:
         if time.monotonic() > self.until:

@@ -40,7 +40,10 @@ suspected. Time within the bound of a step's edge counts as uncertain (:func:`ed
 **Round trips.** A process that exchanged clock readings with a peer (the Ray clock actor:
 :class:`~mstx_marks.base.records.RoundTrip`) bounds its machine's θ against the peer's machine
 by ``[sent - peer, received - peer]``, each on its machine's axis: causal by construction, so
-trusted unchecked, and intersected with the nested calls of the same two machines. A peer on a
+trusted unchecked, and intersected with the nested calls of the same two machines. Round trips
+that no one offset satisfies show a clock that moved over the job (drift, NTP's slewing): their
+hull is then the bound and the movement is said; nested calls that disagree with round trips
+are set aside (round trips are causal, a nesting is an assumption). A peer on a
 machine where no process of the job recorded links the machines that measured against it
 (chained as above, on its monotonic clock).
 
@@ -187,6 +190,11 @@ class MachineClock:
     unchecked: list[str] = field(default_factory=list)
     #: How many clock round trips bound it (besides ``pairs``).
     round_trips: int = 0
+    #: How far its offset moved over the job, as round trips that disagree show it (0: they
+    #: agree); then their hull is the bound, and the nested calls are not used.
+    drift_ns: int = 0
+    #: Nested calls not used: they disagree with the round trips.
+    set_aside: int = 0
     #: The anchor its processes are moved onto (None: none of them says one).
     anchor_ns: int | None = None
 
@@ -209,9 +217,17 @@ class MachineClock:
         if self.status == "reference":
             return f"{self.name} (the reference's)"
         if self.status == "measured":
+            moved = (
+                f"; the offset moved by {self.drift_ns / 1e6:.3f} ms over the job (drift), which"
+                " the bound covers"
+                if self.drift_ns
+                else ""
+            )
+            if self.set_aside:
+                moved += f"; {self.set_aside} nested calls that disagree with them set aside"
             return (
                 f"{self.name} {_ahead(self.offset_ns)} ±{(self.bound_ns or 0) / 1e6:.3f} ms"
-                f" (measured from {self._sources()}, applied{self._unchecked_said()})"
+                f" (measured from {self._sources()}, applied{self._unchecked_said()}{moved})"
             )
         if self.status == "at least":
             if self.offset_ns:
@@ -233,6 +249,11 @@ class MachineClock:
             return (
                 f"{self.name}: pairs contradict, drift suspected, nothing applied"
                 f" ({'; '.join(self.conflicts)})"
+            )
+        if self.round_trips:
+            return (
+                f"{self.name}: not measured (no nested calls; its round trips reach a clock no"
+                " machine of the reference's chain measured), placed by its wall clock"
             )
         return f"{self.name}: not measured (no nested calls), placed by its wall clock"
 
@@ -587,9 +608,6 @@ class _Trip:
     peer: str
     trip: RoundTrip
 
-    def said(self, value: int, how: str) -> str:
-        return f"{self.proc.member.label}'s round trip to {self.peer} says {how} {_ahead(value)}"
-
 
 def _trip_bounds(
     procs: list[_Proc], machines: list[MachineClock]
@@ -608,8 +626,14 @@ def _trip_bounds(
         if p.machine is None:
             continue
         for trip in p.spans.round_trips:
-            named = by_host.get(trip.peer_host, [])
-            peer = by_boot.get(trip.peer_boot_id, named[0] if len(named) == 1 else None)
+            # By boot id; by host name only for a peer that names no boot (a host name is not a
+            # machine: containers are all "localhost", and the actor may run where no process
+            # of the job recorded).
+            named = [i for i in by_host.get(trip.peer_host, []) if not machines[i].boot_id]
+            if trip.peer_boot_id:
+                peer = by_boot.get(trip.peer_boot_id)
+            else:
+                peer = named[0] if len(named) == 1 else None
             anchor = 0 if peer is None else machines[peer].anchor_ns
             if peer is None:
                 key = trip.peer_boot_id or trip.peer_host
@@ -751,16 +775,30 @@ def _measure(procs: list[_Proc], reference: list[_Proc], machines: list[MachineC
     for (a, b), found in edges.items():
         count, lo, hi = marzullo([bound for bound, _ in found])
         linked = [machines[i] for i in (a, b) if i != ref and i < len(machines)]
-        if count < len(found):  # no offset satisfies them all
+        trip_bounds = [bound for bound, source in found if isinstance(source, _Trip)]
+        nested = len(found) - len(trip_bounds)
+        drift = aside = 0
+        if count < len(found) and trip_bounds:
+            # No one offset satisfies them all. Round trips are causal: they win over nested
+            # calls. Those that disagree among themselves, each as narrow as its round trip
+            # and spread over the whole job, show a clock that moved (drift, NTP's slewing):
+            # the offset lay inside their hull all along.
+            count, lo, hi = marzullo(trip_bounds)
+            if count < len(trip_bounds):
+                lo, hi = min(t[0] for t in trip_bounds), max(t[1] for t in trip_bounds)
+                drift = hi - lo - min(t[1] - t[0] for t in trip_bounds)
+            aside, nested = nested, 0
+        elif count < len(found):  # no offset satisfies them all
             for m in linked:
                 m.status = "contradicting"
-                m.conflicts = _conflicts(found)
+                m.conflicts = _conflicts([(b, p) for b, p in found if isinstance(p, _Pair)])
             continue
         bounds[(a, b)] = (lo, hi)
-        nested = sum(isinstance(source, _Pair) for _, source in found)
         for m in linked:
             m.pairs += nested
-            m.round_trips += len(found) - nested
+            m.round_trips += len(trip_bounds)
+            m.drift_ns = max(m.drift_ns, drift)
+            m.set_aside += aside
     low, high = _solve(len(machines) + peers, ref, bounds)
     machines[ref].status = "reference"
     for i, m in enumerate(machines):
@@ -809,7 +847,7 @@ def _add(x: int, y: int) -> int:
     return max(_LOW, min(_HIGH, x + y))
 
 
-def _conflicts(found: list[tuple[Bound, _Pair | _Trip]]) -> list[str]:
+def _conflicts(found: list[tuple[Bound, _Pair]]) -> list[str]:
     """The pairs that cannot both hold: the one that bounds θ highest from below and the one
     that bounds it lowest from above."""
     lows = [(bound[0], pair) for bound, pair in found if bound[0] > _LOW]

@@ -79,6 +79,7 @@ from mstx_marks.export.ascend_db import (
     EVENT_MARKER,
     EVENT_PUSH_POP,
     EVENT_RANGE,
+    args_join,
     args_of,
     as_trace_error,
     db_process,
@@ -330,13 +331,14 @@ def _aggregate(
     pairable = [i for i, v in names.items() if v.endswith(START_SUFFIX) or v.endswith(STOP_SUFFIX)]
     paired: list[RangeRecord] = []
     if pairable:
+        args, join = args_join(db, tables)
         marks: list[Record] = [
             InstantRecord(name_of(m), text(d, "default"), int(s), int(g or 0) & 0xFFFFFFFF,
-                          int(g or 0) >> 32)
-            for s, m, g, d in _query(
+                          int(g or 0) >> 32, args_of(a))
+            for s, m, g, d, a in _query(
                 db,
-                "SELECT e.startNs, e.message, e.globalTid, s.value FROM MSTX_EVENTS e"
-                " LEFT JOIN STRING_IDS s ON e.domainId = s.id"
+                f"SELECT e.startNs, e.message, e.globalTid, s.value, {args} FROM MSTX_EVENTS e"
+                f" LEFT JOIN STRING_IDS s ON e.domainId = s.id {join}"
                 f" WHERE e.eventType IN {_MARKS} AND e.startNs IS NOT NULL"
                 f" AND e.message IN (SELECT id FROM {_id_table(db, 'pairable', pairable)})",
             )
@@ -430,11 +432,12 @@ def _round_trips(
 ) -> list[RoundTrip]:
     """The clock round trips the process recorded (instants whose args ``MSTX_ARGS`` keeps)."""
     domains = [i for i, v in names.items() if v == CLOCK_DOMAIN]
-    if not domains or "MSTX_ARGS" not in tables:
+    args, join = args_join(db, tables)
+    if not domains or not join:
         return []
     rows = _query(
         db,
-        "SELECT m.value, a.args FROM MSTX_EVENTS e JOIN MSTX_ARGS a ON a.eventId = e.rangeId"
+        f"SELECT m.value, {args} FROM MSTX_EVENTS e {join}"
         " LEFT JOIN STRING_IDS m ON e.message = m.id"
         f" WHERE e.eventType IN {_MARKS} AND e.domainId IN"
         f" (SELECT id FROM {_id_table(db, 'clock_domains', domains)}) ORDER BY e.startNs",
@@ -457,9 +460,7 @@ def _batches(
     counts them: with the requests and tokens their args (``MSTX_ARGS``) carry."""
     found = Batches(steps.fences)
     keys = {key for key in raw if key not in not_stages and phase[key] in MODEL_STEPS}
-    args, join = "NULL", ""
-    if "MSTX_ARGS" in tables:
-        args, join = "a.args", "LEFT JOIN MSTX_ARGS a ON a.eventId = e.rangeId"
+    args, join = args_join(db, tables)
     ids = _id_table(db, "model_steps", {m for m, _ in keys})
     query = (
         f"SELECT e.startNs, e.endNs, e.message, e.domainId, {args} FROM MSTX_EVENTS e {join}"
@@ -473,7 +474,7 @@ def _batches(
     for r in paired:
         name = fold(r.name)
         if not steps.is_step(r.name, fold) and not is_automatic(name):
-            found.add(r.start_ns, r.end_ns, name, None)
+            found.add(r.start_ns, r.end_ns, name, r.args)
     return found
 
 

@@ -47,6 +47,7 @@ from mstx_marks.export.chrome import (
     OVERLAP_TID,
     dumps,
     nesting_tracks,
+    origin_of,
     thread_tracks,
     trace_event,
     trace_us,
@@ -77,7 +78,7 @@ def merged_chrome_trace(
     and its steps drawn as the per-step ``model`` says (see the module's docstring)."""
     shifts = {} if model is None else model.clock.shifts_ns
     starts = [r.start_ns + shifts.get(t.member, 0) for t in traces for r in t.records]
-    origin = (min(starts) // 10**9) * 10**9 if starts else 0
+    origin = origin_of(min(starts)) if starts else 0
     events: list[dict[str, Any]] = []
     processes: dict[str, Any] = {}
     threads: dict[str, int] = {}
