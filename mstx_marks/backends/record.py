@@ -687,10 +687,14 @@ class Recorder(Backend):
         lock may be held by the thread this drain interrupted (a signal's write on the main
         thread), so when it is busy the chunks are kept for the next drain."""
         candidates = [*cursor.pinned, *range(first, stop)]
-        if not self._lock.acquire(blocking=False):
-            cursor.pinned = sorted(set(candidates))
-            return
+        # The acquire inside the try, and a release that only the owner's succeeds (an RLock):
+        # CPython runs a signal handler right after a call returns, so a Ctrl-C landing as
+        # acquire() returned, before a try began, left the lock held by this thread for good,
+        # and another thread's next chunk (_grow) waited on it for ever.
         try:
+            if not self._lock.acquire(blocking=False):
+                cursor.pinned = sorted(set(candidates))
+                return
             open_in = {j >> _SHIFT for j in cursor.open}
             unfinished_in = {j >> _SHIFT for j in cursor.unfinished}
             keep = open_in | unfinished_in
@@ -716,7 +720,10 @@ class Recorder(Backend):
             # each at most UNFINISHED_NS): 5 RecursionErrors must not fill a small recorder.
             self._held_back = len(unfinished_in - open_in)
         finally:
-            self._lock.release()
+            try:  # noqa: SIM105 (suppress() is a call before the release: a point to leak at)
+                self._lock.release()
+            except RuntimeError:  # not held by this thread: it was busy
+                pass
 
     def open_ranges(self, cursor: DrainCursor) -> list[RangeRecord]:
         """The ranges ``cursor`` holds as still open, ended now and flagged ``open``."""

@@ -254,8 +254,9 @@ class OutSession:
         self._exit_by: float | None = None
         # Only for the list of views: never held across a wait, nor by the writer.
         self.lock = new_lock(reentrant=True)
-        # Serves a request on the asking thread once the writer has stopped (at exit).
-        self._inline = new_lock()
+        # Serves a request on the asking thread once the writer has stopped (at exit). An RLock
+        # for its owner's release alone (see _ask), never entered twice.
+        self._inline = new_lock(reentrant=True)
         self._begin()
 
     def _begin(self) -> None:
@@ -298,14 +299,24 @@ class OutSession:
         (the exit's budget by default); None when it did not answer in time, said once."""
         timeout = exit_seconds() if timeout is None else timeout
         if not self.writer.alive():  # stopped (the program is done): on this thread, one at a time
-            if not self._inline.acquire(timeout=timeout):
-                return None
+            inline = self._inline
+            if inline._is_owned():  # a signal handler's ask on the thread serving one: refused
+                return None  # at once (it would write beside the write it interrupted)
+            # The acquire inside the try, released by its owner only: CPython runs a signal
+            # handler right after a call returns, so a Ctrl-C landing as acquire() returned,
+            # before a try began, left the lock held, and every later ask here (a range an
+            # exit hook records) waited its whole budget, then was lost.
             try:
+                if not inline.acquire(timeout=timeout):
+                    return None
                 request = Request(kind, arg)
                 self._serve([request], False)
                 return request.result
             finally:
-                self._inline.release()
+                try:  # noqa: SIM105 (suppress() is a call before the release: a point to leak at)
+                    inline.release()
+                except RuntimeError:  # not this thread's: its wait timed out
+                    pass
         served, result = self.writer.ask_and_wait(kind, arg, timeout)
         if served:
             return result

@@ -388,9 +388,15 @@ class Spill:
         """Append what completed since the last write; ``final`` adds the ranges still open
         (flagged) and the ``complete`` mark. Returns the file's path (which may not exist:
         nothing recorded)."""
-        if not self._lock.acquire(blocking=blocking):
+        if not blocking and self._lock.locked():
             return self.path
-        try:
+        # Taken by a ``with``, never ``acquire()`` then ``try``: CPython runs a signal handler
+        # right after a call returns, so a Ctrl-C landing as acquire() returned left the lock
+        # held for good, and the next write (a range an exit hook records) waited on it for
+        # ever. ``with`` enters with no such check before its cleanup covers the block. (Not
+        # ``blocking``: a look first; a write another thread begins meanwhile is waited for,
+        # and no writer waits on this thread.)
+        with self._lock:
             upto = self.recorder.used  # what is recorded by now: threads still recording wait
             # In batches: the memory a spill needs stays flat however much it has to write.
             release = self._releases()
@@ -410,8 +416,6 @@ class Spill:
                 # (with nothing to write: a rank, role or drop count that changed)
                 self._append(tail, final=final)
             return self.path
-        finally:
-            self._lock.release()
 
     def _meta(self) -> list[dict[str, object]]:
         meta: list[dict[str, object]] = []

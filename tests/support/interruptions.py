@@ -376,6 +376,8 @@ EXPECTED: dict[str, dict[str, tuple[int, int]]] = {
 #: interpreter). Their files may lack the Chrome trace (the exit's export cut short): the
 #: summary, which then reads the spill, must still hold every range.
 AT_EXIT = {"exit"}
+#: Seconds an exit case may take before it is said to hang (see exit_case).
+_EXIT_LIMIT = 30
 
 
 @contextlib.contextmanager
@@ -487,7 +489,10 @@ def exit_case(sites_file: Path, i: int, root: Path, results: Path) -> None:
 
     said({"folder": str(root / f"case-{i}"), "scenario": site.scenario, "site": site.name,
           "kind": kind, "via": site.via, "fired": False, "deferred": False})  # fmt: skip
-    faulthandler.dump_traceback_later(5, exit=True)  # the exit hangs: the stacks, and out
+    # The exit hangs: the stacks, and out. Well past the exit's own budget (exit_seconds(),
+    # 5 s): a case takes 0.1 s of CPU but up to 14 s on 2 loaded cores (its fsyncs, the
+    # interpreter's teardown); a lock left held waits for ever, and is still caught.
+    faulthandler.dump_traceback_later(_EXIT_LIMIT, exit=True)
     _exit_under(Probe(site.scenario, site, KINDS[kind](), said=said), root / f"case-{i}")
 
 
@@ -496,6 +501,8 @@ def exit_cases(sites_file: Path, todo: list[int], root: Path, results: Path) -> 
     child sets the case up and leaves by the interpreter's real exit. A child that hangs past
     its watchdog is said in ``results`` with the stacks it dumped."""
     root.mkdir(parents=True, exist_ok=True)
+    import mstx_marks.export  # noqa: F401  (here, once: each child would import it again)
+
     for i in todo:
         err = root / f"case-{i}.stderr"
         pid = os.fork()
@@ -505,7 +512,7 @@ def exit_cases(sites_file: Path, todo: list[int], root: Path, results: Path) -> 
             os.dup2(fd, 2)
             exit_case(sites_file, i, root, results)
             raise SystemExit(0)  # out of every frame: the interpreter's exit, for real
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + _EXIT_LIMIT + 10
         while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
             time.sleep(0.005)
         if done[0] == 0:
