@@ -281,25 +281,27 @@ def test_timing_that_is_not_a_mapping_is_refused_before_the_block() -> None:
 
 
 def test_a_drained_recording_runs_for_ever_in_constant_memory() -> None:
-    """Capacity 1e5, 2e6 ranges drained as they go (what the spill does): none dropped, at most
-    capacity held; a range open across it all pins its chunk and still comes out once."""
+    """Capacity 5e4, 1e6 ranges drained as they go (what the spill does), twenty times the
+    capacity: none dropped, at most capacity held; a range open across it all pins its chunk and
+    still comes out once."""
     from mstx_marks.backends.record import DrainCursor, Recorder
 
-    rec, cursor = Recorder(capacity=100_000), DrainCursor()
+    capacity = 50_000
+    rec, cursor = Recorder(capacity=capacity), DrainCursor()
     long = rec.range_start("whole_job", "d")
     names: list[str] = []
     peak = 0
     for _ in range(40):
-        for _ in range(50_000):
+        for _ in range(capacity // 2):
             rec.range_end(rec.range_start("step", "d"), "d")
         while batch := rec.drain(cursor, 4096, release=True):
             names += [r.name for r in batch]
         peak = max(peak, rec.held)
     rec.range_end(long, "d")
     names += [r.name for r in rec.drain(cursor, release=True)]
-    assert rec.dropped == 0 and len(names) == 2_000_001
+    assert rec.dropped == 0 and len(names) == 40 * capacity // 2 + 1
     assert names.count("whole_job") == 1
-    assert peak <= 100_000 + 2 * 16_384  # capacity, plus the chunk being filled and the pinned one
+    assert peak <= capacity + 2 * 16_384  # capacity, plus the chunk being filled and the pinned one
 
 
 def test_a_spill_that_falls_behind_drops_whole_chunks_and_counts_them() -> None:
@@ -340,24 +342,25 @@ def _run(
 
 
 def test_1_a_spilled_recording_past_its_capacity_loses_nothing(tmp_path: Any) -> None:
-    """Capacity 1e5, 2e5 events: spilled slots are reused, and the exports (made from the
+    """Capacity 5e4, 1e5 events: spilled slots are reused, and the exports (made from the
     spill) hold all of them."""
     from mstx_marks.export import flush_at_exit, read_ascend_db, read_chrome_trace
     from mstx_marks.export.spill import read_spill
 
-    rec = Recorder(capacity=100_000)
+    capacity = 50_000
+    rec = Recorder(capacity=capacity)
     flush = flush_at_exit(tmp_path, rank=0, recorder=rec, signals=(), interval=None)
     target = flush.func.__self__  # type: ignore[attr-defined]
-    for i in range(200_000):
+    for i in range(2 * capacity):
         rec.range_end(rec.range_start("step" if i == 0 else "x", "d"), "d")
-        if i % 20_000 == 0:
+        if i % (capacity // 5) == 0:
             target.spill.write_now()  # what the periodic spill does
     chrome, db = flush()
-    assert rec.dropped == 0 and rec.held <= 100_000 + 16_384
+    assert rec.dropped == 0 and rec.held <= capacity + 16_384
     (spill,) = (tmp_path / "spill").iterdir()
-    assert len(read_spill(spill).records) == 200_000
-    assert len(read_chrome_trace(chrome)[0].records) == 200_000
-    assert len(read_ascend_db(db).records) == 200_000
+    assert len(read_spill(spill).records) == 2 * capacity
+    assert len(read_chrome_trace(chrome)[0].records) == 2 * capacity
+    assert len(read_ascend_db(db).records) == 2 * capacity
 
 
 def test_1_a_spill_that_falls_behind_warns_once_and_every_export_marks_the_drop(
@@ -458,7 +461,7 @@ from mstx_marks.export import out, spill
 
 session = out.record_to(sys.argv[1], interval=None)  # what MSTX_MARKS_OUT does, no period
 rec = default_recorder()
-for _ in range(300_000):
+for _ in range(int(sys.argv[3])):
     rec.range_end(rec.range_start("x", "d"), "d")
 
 real_append, sent = spill.Spill._append, []
@@ -476,13 +479,16 @@ print("leaving", flush=True)
 
 @pytest.mark.parametrize("signum", [15, 2])
 def test_5_a_signal_right_at_exit_keeps_everything(tmp_path: Any, signum: int) -> None:
+    """The signal comes in the first of the exit's final spill's batches (8,192 events each):
+    the other five batches, and the exports, are still written."""
     from mstx_marks.export.spill import read_spill
 
-    proc = _run(_SIGNALLED_MID_CLOSE, str(tmp_path), str(signum), timeout=300)
+    n = 50_000
+    proc = _run(_SIGNALLED_MID_CLOSE, str(tmp_path), str(signum), str(n), timeout=300)
     assert proc.returncode in (-signum, 1, 0), proc.stderr
     (spill,) = (tmp_path / "spill").glob("*.jsonl")
     trace = read_spill(spill)
-    assert len(trace.records) == 300_000 and trace.complete
+    assert len(trace.records) == n and trace.complete
     if signum == 15:
         assert proc.returncode == -15
         assert list(tmp_path.glob("ascend/*/ASCEND_PROFILER_OUTPUT/*.db"))  # exports finished

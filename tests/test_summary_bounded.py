@@ -5,9 +5,11 @@ gives, says what it cannot give, is refused by the timelines with its name, and 
 memory; ``summary`` reads as many files at once as its memory budget allows.
 
 The limits are patched down so that small files (written by the real writers) take the
-streaming paths; two tests build a real large spill and Chrome trace and check that the command,
-by the real limits, streams them and counts every event. How much memory it takes is a benchmark
-target, not a unit test's (machines differ): ``python3 benchmarks/summary_memory.py --check``.
+streaming paths; a test builds a spill past the real size limit and checks that the command, by
+the real limits, streams it and counts every event; another runs the command on a Chrome trace
+past its limits (lowered in its process: by the real ones, a million events). How much memory
+it takes, and the real limits at a real scale, are a benchmark's, not a unit test's (machines
+differ): ``python3 benchmarks/summary_memory.py --check`` (and ``3e6``, ``1.1e6 --chrome``).
 """
 
 from __future__ import annotations
@@ -211,7 +213,8 @@ def test_c_timelines_name_a_spill_too_large_and_draw_the_rest(
     assert "rank 0:" in out and "rank 1:" in out and "summarised in one pass" in err
 
 
-# A real large spill, by the real limits.
+# A real large spill, by the real limits: its steps carry a long argument (a prompt), so that
+# few events make a spill past MAX_SPILL_BYTES.
 _BUILD = """
 import sys
 from mstx_marks.backends.record import Recorder
@@ -219,37 +222,58 @@ from mstx_marks.export.spill import Spill
 rec = Recorder(capacity=1 << 20)
 spill = Spill(sys.argv[1], rec, rank=0, role="trainer")
 start, end = rec.range_start, rec.range_end
+prompt = "x" * int(sys.argv[3])
 for n in range(int(sys.argv[2]) // 10):
     step = start("step", "default")
+    rec.set_args(step, {"prompt": prompt})
     for _ in range(9):
         end(start("vllm_one_step", "vllm"), "vllm")
     end(step, "default")
-    if n % 20_000 == 19_999:
+    if n % 2_000 == 1_999:
         spill.write_now()
 spill.write_now(final=True)
 """
-EVENTS = 3_000_000
+EVENTS, PROMPT = 50_000, 16_000
+
+# The command in a process of its own, its limits lowered first (a million events by the real
+# ones): ``summary_json(..., lowered=...)``.
+_LOWERED = """
+import sys
+from mstx_marks.analysis.readers import chrome_json, stream
+stream.MAX_HELD_EVENTS, chrome_json.WHOLE_JSON_BYTES = int(sys.argv[1]), int(sys.argv[2])
+from mstx_marks.cli.main import main
+sys.exit(main(sys.argv[3:]))
+"""
 
 
-def summary_json(folder: Path) -> tuple[dict[str, Any], str]:
-    """``mstx-marks summary FOLDER --json``, run as a user runs it: its JSON and its stderr."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "mstx_marks", "summary", str(folder), "--json"],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+def summary_json(
+    folder: Path, lowered: tuple[int, int] | None = None
+) -> tuple[dict[str, Any], str]:
+    """``mstx-marks summary FOLDER --json``, run as a user runs it: its JSON and its stderr; with
+    ``lowered``, its MAX_HELD_EVENTS and WHOLE_JSON_BYTES set to those first."""
+    command = ["summary", str(folder), "--json"]
+    if lowered is None:
+        command = [sys.executable, "-m", "mstx_marks", *command]
+    else:
+        limits = [str(n) for n in lowered]
+        command = [sys.executable, "-c", textwrap.dedent(_LOWERED), *limits, *command]
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     doc: dict[str, Any] = json.loads(proc.stdout)
     return doc, proc.stderr
 
 
 def test_d_a_large_spill_is_streamed_and_every_event_counted(tmp_path: Path) -> None:
-    """3e6 events (about 90 MB of spill): holding them would take about 1.7 GB (590 MB per
-    million, measured), so the real limits stream it (111 MB: ``benchmarks/summary_memory.py 3e6
-    --check``)."""
+    """A spill past MAX_SPILL_BYTES (50,000 events, each step with a 16 kB prompt: 82 MB) is
+    streamed by the real limits, every event counted. (Of 3e6 events, 90 MB: holding them would
+    take about 1.7 GB, 590 MB per million; streamed, 111 MB: ``benchmarks/summary_memory.py 3e6
+    --check``.)"""
     subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(_BUILD), str(tmp_path), str(EVENTS)],
+        [sys.executable, "-c", textwrap.dedent(_BUILD), str(tmp_path), str(EVENTS), str(PROMPT)],
         check=True, timeout=300,
     )  # fmt: skip
+    (spill,) = (tmp_path / "spill").iterdir()
+    assert spill.stat().st_size > stream.MAX_SPILL_BYTES  # (past the real limit)
     summary, stderr = summary_json(tmp_path)
     assert sum(p["all"]["count"] for p in summary["phases"]) == EVENTS, stderr
     assert summary["ranks"]["trainer:0"]["steps"] == EVENTS // 10
@@ -507,7 +531,7 @@ def test_g_the_files_read_at_once_keep_within_the_memory_budget(
     assert asked == [8, 5, 1]
 
 
-# A real large Chrome trace, by the real limits.
+# A large Chrome trace.
 _BUILD_CHROME = """
 import sys
 from mstx_marks.base.records import RangeRecord, RankTrace
@@ -520,18 +544,21 @@ for n in range(int(sys.argv[2]) // 10):
                 for d in range(9)]
 write_chrome_trace(sys.argv[1] + "/rank0.trace.json", [RankTrace(0, records, role="trainer")])
 """
-CHROME_EVENTS = 1_100_000
+#: Its events, and the limits of the command reading it: a tenth past those held.
+CHROME_EVENTS, HELD, WHOLE = 11_000, 10_000, 64 << 10
 
 
 def test_h_a_large_chrome_trace_is_streamed_and_every_event_counted(tmp_path: Path) -> None:
-    """1.1e6 events (117 MB of JSON, past every threshold): parsed whole and aggregated they
-    took 1.47 GB (measured), so the real limits read it an event at a time, the first million
-    records held, then streamed (291 MB: ``benchmarks/summary_memory.py 1.1e6 --chrome``)."""
+    """A trace past every threshold (read an event at a time, its first HELD records held, then
+    streamed) is counted whole by the command. By the real limits, 1.1e6 events (117 MB of
+    JSON): parsed whole and aggregated they took 1.47 GB (measured), read so 291 MB
+    (``benchmarks/summary_memory.py 1.1e6 --chrome --check``)."""
     subprocess.run(
         [sys.executable, "-c", textwrap.dedent(_BUILD_CHROME), str(tmp_path), str(CHROME_EVENTS)],
         check=True, timeout=300,
     )  # fmt: skip
-    summary, stderr = summary_json(tmp_path)
+    assert (tmp_path / "rank0.trace.json").stat().st_size > WHOLE
+    summary, stderr = summary_json(tmp_path, lowered=(HELD, WHOLE))
     assert sum(p["all"]["count"] for p in summary["phases"]) == CHROME_EVENTS, stderr
     assert summary["ranks"]["trainer:0"]["steps"] == CHROME_EVENTS // 10
     assert "summarised in one pass" in stderr

@@ -105,10 +105,11 @@ def kill(threads: int, iterations: int) -> None:
     say("done")
 
 
-def names(n: int) -> None:
-    """``n`` ranges, each of a new name, in one write."""
+def names(n: int, digits: int = 0) -> None:
+    """``n`` ranges, each of a new name (its number written with at least ``digits`` digits: a
+    longer name), in one write."""
     for i in range(n):
-        with mark(f"micro_batch_{i}"):
+        with mark(f"micro_batch_{i:0{digits}d}"):
             pass
     say("done")
 
