@@ -318,9 +318,8 @@ def write_json(doc: dict[str, Any], out: IO[str]) -> None:
     """
     per_step = doc.get("per_step")
     rest = {k: v for k, v in doc.items() if k != "per_step"}
-    if not per_step or not rest:
-        json.dump(doc, out, indent=1)
-        out.write("\n")
+    if not per_step or not rest:  # (one write: json.dump writes each token on its own)
+        out.write(json.dumps(doc, indent=1) + "\n")
         return
     text = json.dumps(rest, indent=1)
     out.write(text[: -len("\n}")] + ',\n "per_step": {')
