@@ -166,7 +166,7 @@ def test_current_stream_is_resolved_at_each_range_start(npu: Npu, mode: str) -> 
     col.assert_clean()
 
 
-@pytest.mark.parametrize("bad", [SyncLaunchStream(3, 1), object()], ids=repr)
+@pytest.mark.parametrize("bad", [SyncLaunchStream(3, 1), object()], ids=["sync launch", "object"])
 def test_bad_stream_object_warns_once_and_is_host_only(npu: Npu, mode: str, bad: Any) -> None:
     with caught() as w, npu.env.collect() as col:
         backend = npu.use(mode)  # gates made by earlier tests get their emitter here
