@@ -135,23 +135,29 @@ def test_summary_reads_the_actors_spills(hook_run: Run, rl_python: Path) -> None
     assert stage["role"] == "Marked"  # one role (the actor class), two ranks
 
 
-def test_export_writes_each_actors_trace_and_database_from_its_spill(
-    hook_run: Run, rl_python: Path, tmp_path: Path
-) -> None:
-    """Ray's SIGKILL leaves the actors' spills, mostly without exports: ``mstx-marks export``
-    writes them, named by each actor's role, rank, host and pid, with what the spill holds."""
+def _exported_copy(run: Run, rl_python: Path, tmp_path: Path) -> Path:
+    """A copy of ``run``'s folder after ``mstx-marks export`` (in the rl venv)."""
     import shutil
 
-    from mstx_marks.export.ascend_db import read_ascend_db
-    from mstx_marks.export.chrome import read_chrome_trace
-
     out = tmp_path / "out"
-    shutil.copytree(hook_run.out, out)
+    shutil.copytree(run.out, out)
     done = subprocess.run(
         [str(rl_python), "-m", "mstx_marks", "export", str(out)],
         env=clean_env(), capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
+    return out
+
+
+def test_export_writes_each_actors_trace_and_database_from_its_spill(
+    hook_run: Run, rl_python: Path, tmp_path: Path
+) -> None:
+    """Ray's SIGKILL leaves the actors' spills, mostly without exports: ``mstx-marks export``
+    writes them, named by each actor's role, rank, host and pid, with what the spill holds."""
+    from mstx_marks.export.ascend_db import read_ascend_db
+    from mstx_marks.export.chrome import read_chrome_trace
+
+    out = _exported_copy(hook_run, rl_python, tmp_path)
     traces = spills(out)
     for actor, wanted in zip(hook_run.result["marked"], (N1, N2)):
         pid, rank = actor["pid"], int(actor["rank"])
@@ -173,19 +179,11 @@ def test_each_actor_measured_its_clock_against_the_clock_actor(
     """Round trips to the Ray clock actor reach each actor's files (the exported Chrome trace a
     user opens); on this one machine, where the true offset is 0, each bounds it: the actor's
     reading, on the machine's monotonic clock, lies between the worker's two readings."""
-    import shutil
-
     from mstx_marks.base.records import RoundTrip
     from mstx_marks.export.chrome import read_chrome_trace
 
     assert hook_run.result["round_trips_after_s"] is not None, "no round trip within 90 s"
-    out = tmp_path / "out"
-    shutil.copytree(hook_run.out, out)
-    done = subprocess.run(
-        [str(rl_python), "-m", "mstx_marks", "export", str(out)],
-        env=clean_env(), capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
+    out = _exported_copy(hook_run, rl_python, tmp_path)
     for actor in hook_run.result["marked"]:
         pid, rank = actor["pid"], int(actor["rank"])
         (chrome,) = (out / "chrome").glob(f"Marked-rank{rank}-*-{pid}.trace.json")

@@ -185,6 +185,7 @@ def _recording_workers(
 def alarm(interval_us: int, alarms: int, after: int, threads: int) -> None:
     """A SIGALRM handler that raises, ``alarms`` times, while ranges record; then ``after``
     ranges. Threads record beside it the whole time."""
+    t0 = time.time_ns()  # (before the threads start: the run's wall time holds all they did)
     stop, workers = _recording_workers(threads, lambda k, i: f"worker{k}_{i % 300}")
 
     armed = False  # the time limit applies while the reward runs; each raise disarms it
@@ -195,7 +196,6 @@ def alarm(interval_us: int, alarms: int, after: int, threads: int) -> None:
             armed = False
             raise RewardTimeout
 
-    t0 = time.time_ns()
     caught = n = 0
     signal.signal(signal.SIGALRM, on_alarm)
     signal.setitimer(signal.ITIMER_REAL, interval_us / 1e6, interval_us / 1e6)
@@ -228,8 +228,8 @@ def storm(storms: int, after: int, threads: int) -> None:
     ``after`` ranges. Each "ack K" is written where a Ctrl-C is caught (inside the ``try``), and
     the sender sends the next one only once it has read it: a Ctrl-C lands in code that catches
     it, wherever the library is at that moment."""
+    t0 = time.time_ns()  # (before the threads start: the run's wall time holds all they did)
     stop, workers = _recording_workers(threads, lambda k, i: f"worker{k}")
-    t0 = time.time_ns()
     caught = 0
     while caught < storms:
         try:
