@@ -33,7 +33,7 @@ from typing import Any, Optional
 import pytest
 from support import engine_venvs
 from support.engine_run import ENGINES, clean_env
-from support.oracle import SHAPES, US, Job, write_spills
+from support.oracle import SHAPES, US, Job, covered, write_spills
 from test_realcap import capture
 
 from mstx_marks.cli.main import main
@@ -95,21 +95,6 @@ def hta(tmp_path: Path, files: dict[str, Path], cats: Iterable[str]) -> dict[str
 def ns(us: float) -> int:
     """HTA's microseconds (floats) in ns."""
     return round(us * 1000)
-
-
-def covered(ranges: Iterable[tuple[int, int]], start: int, end: int) -> int:
-    """The time the union of ``ranges`` covers inside ``[start, end)``.
-
-    >>> covered([(0, 10), (5, 20), (30, 40), (45, 60)], 2, 50)  # 8 + 10 + 10 + 5
-    33
-    """
-    total, reach = 0, start
-    for a, b in sorted(ranges):
-        a, b = max(a, reach), min(b, end)
-        if b > a:
-            total += b - a
-            reach = b
-    return total
 
 
 def near(got: list[int], want: list[int]) -> bool:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.oracle import covered
 
 from mstx_marks.analysis.model.batches import Batches
 from mstx_marks.analysis.model.rl_steps import StepAnalysis, analyse, fences_needed
@@ -404,17 +405,7 @@ def test_joining_spans_keeps_the_cover_and_bounds_each_window(
     windows = [(a * 800, b * 800) for a, b in zip(edges, edges[1:])]
     clipped = s.clip(windows)
     for (a, b), cover, doubt in zip(windows, clipped.cover, clipped.uncertain):
-        assert abs(cover - _brute_fast(spans, a, b)) <= doubt
-
-
-def _brute_fast(spans: list[tuple[int, int]], a: int, b: int) -> int:
-    total, end = 0, a
-    for s, e in sorted(spans):
-        s, e = max(s, end), min(e, b)
-        if e > s:
-            total += e - s
-            end = e
-    return total
+        assert abs(cover - covered(spans, a, b)) <= doubt
 
 
 # --- bounded memory that stays exact at the job's step edges -----------------------------------
@@ -459,7 +450,7 @@ def test_joining_takes_exactly_the_joins_needed_and_never_crosses_a_fence(
     across = sum(1 for lo, hi in ranges if any(lo < f < hi for f in fences))  # (cut, alone)
     assert not any(clipped.uncertain) and counted.cut == across
     for (lo, hi), cover, n, tokens in zip(windows, clipped.cover, counted.decode, counted.tokens):
-        assert cover == _brute_fast(ranges, lo, hi)
+        assert cover == covered(ranges, lo, hi)
         inside = sum(1 for a, e in ranges if lo <= (a + e) // 2 < hi)
         assert (n, tokens) == (inside, 2 * inside)
 
@@ -498,7 +489,7 @@ def test_a_process_read_again_with_the_jobs_step_edges_is_exact(
     model = analyse(procs)
     assert model is not None
     row = model.row(ENGINE)
-    truth = [_brute_fast(decodes, a, b) for a, b in zip(edges, edges[1:])]
+    truth = [covered(decodes, a, b) for a, b in zip(edges, edges[1:])]
     assert list(row.busy_ns) == truth and not any(row.uncertain_ns)
     assert row.batches is not None
     assert list(row.batches.decode) == [(b - a) // every for a, b in zip(edges, edges[1:])]

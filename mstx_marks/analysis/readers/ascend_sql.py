@@ -460,14 +460,16 @@ def _batches(
     counts them: with the requests and tokens their args (``MSTX_ARGS``) carry."""
     found = Batches(steps.fences)
     keys = {key for key in raw if key not in not_stages and phase[key] in MODEL_STEPS}
-    args, join = args_join(db, tables)
-    ids = _id_table(db, "model_steps", {m for m, _ in keys})
-    query = (
-        f"SELECT e.startNs, e.endNs, e.message, e.domainId, {args} FROM MSTX_EVENTS e {join}"
-        f" WHERE {_VALID} AND e.eventType IN {_RANGE_KINDS}"
-        f" AND e.message IN (SELECT id FROM {ids}) ORDER BY e.startNs"
-    )
-    rows = _query(db, query) if keys else []
+    rows = []
+    if keys:  # (read again for their args: the main pass reads every range without them)
+        args, join = args_join(db, tables)
+        ids = _id_table(db, "model_steps", {m for m, _ in keys})
+        rows = _query(
+            db,
+            f"SELECT e.startNs, e.endNs, e.message, e.domainId, {args} FROM MSTX_EVENTS e {join}"
+            f" WHERE {_VALID} AND e.eventType IN {_RANGE_KINDS}"
+            f" AND e.message IN (SELECT id FROM {ids}) ORDER BY e.startNs",
+        )
     for start, end, m, d, text_args in rows:
         if (m, d) in keys:
             found.add(int(start), int(end), phase[(m, d)], args_of(text_args))
