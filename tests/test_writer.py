@@ -115,33 +115,3 @@ def test_asking_never_blocks_and_a_wait_has_its_deadline() -> None:
     finally:
         gate.set()
         writer.stop()
-
-
-def test_a_request_whose_append_is_cut_short_is_queued_by_the_retry() -> None:
-    """The deque's append is a call: a RecursionError (a program deep in recursion) can be
-    raised at its entry, before anything is appended. The ask goes on and is served; it used
-    to be flagged queued first, so the retry never queued it and a flush waited for ever."""
-    from collections import deque
-
-    class CutOnce(deque):  # type: ignore[type-arg]
-        cut = False
-
-        def append(self, item: object) -> None:
-            if not CutOnce.cut:
-                CutOnce.cut = True
-                raise RecursionError("maximum recursion depth exceeded")
-            super().append(item)
-
-    served: list[str] = []
-    writer = Writer(lambda batch, _: served.extend(r.kind for r in batch), interval=None)
-    writer._requests = CutOnce()
-    try:
-        raised = None
-        try:
-            writer.ask_and_wait("flush", None, timeout=10.0)
-        except RecursionError as exc:  # the user's (here: the program's), raised again after
-            raised = exc
-        assert CutOnce.cut and raised is not None
-        assert served == ["flush"]
-    finally:
-        writer.stop()

@@ -128,13 +128,10 @@ class Writer:
 
     def _submit(self, request: Request) -> None:
         if not request.queued:
-            # Appended, then flagged: the append is a call, and a RecursionError can be raised
-            # at its entry, before anything is appended (flagged first, the request was then
-            # never queued, and a flush waited for ever). An interruption after the append and
-            # before the flag queues it twice: a batch serves the same request once, a later
-            # batch again (the same files written again), never none.
-            self._requests.append(request)
+            # Flagged first, with no call before the append: a retry after an interruption
+            # never queues it twice (the append is done once its call has begun).
             request.queued = True
+            self._requests.append(request)
         self.wake()
 
     def ask_and_wait(self, kind: str, arg: Any, timeout: float) -> tuple[bool, Any]:
