@@ -1138,7 +1138,9 @@ def test_a_timer_handler_raising_inside_library_frames_for_seconds_loses_no_late
     reward function's timeout, landing in the library at calls, entries and loop edges), for
     2 s of recording: every Timeout reaches the loop (none taken for a fault), the 1,000 ranges
     after all reach the files, with every range that completed meanwhile, and the interrupted
-    ones add no time that was never spent (the issue's 2 us ranges summing to 100 s)."""
+    ones add no time that was never spent (the issue's 2 us ranges summing to 100 s): the
+    ranges that ended sum to less than the loop's time, and at most two are left open (read
+    from the Chrome trace, where a range open at the write says so)."""
     import json
 
     from support import interruptions as harness
@@ -1148,6 +1150,7 @@ def test_a_timer_handler_raising_inside_library_frames_for_seconds_loses_no_late
     got = json.loads(proc.stdout.splitlines()[-1])
     assert got["raised"] > 30, got  # the timer did land inside the library, often
     assert got["swallowed_at"] == {} and got["faults"] == {}, got  # none swallowed
+    assert got["cycles"] == 0, got  # each Timeout's chain of contexts ends
     files = harness.read([str(tmp_path)])[str(tmp_path)]
     for view in ("summary", "chrome"):
         counts = files[view] or {}
@@ -1156,8 +1159,15 @@ def test_a_timer_handler_raising_inside_library_frames_for_seconds_loses_no_late
         storms = sum(n for name, n in counts.items() if name.startswith("storm_"))
         # every loop that completed is there; an interrupted one may be (its end ran) or not
         assert got["completed"] <= storms <= got["loops"], (view, storms, got)
-    storm_ns = sum(n for name, n in files["total_ns"].items() if name.startswith("storm_"))
-    assert storm_ns <= got["elapsed_ns"], (storm_ns, got["elapsed_ns"])
+    ended = files.get("ended_us", {})
+    ended_us = sum(us for name, us in ended.items() if name.startswith("storm_"))
+    assert ended_us * 1000 <= got["elapsed_ns"], (ended_us, got["elapsed_ns"])
+    # Left open, ended at the exit's write: a pass whose exit the timer cut short at its first
+    # instruction, where no code of ours runs, with no pass after it to end it (the loop's
+    # last), and, rarer, an end cut short again at the entry of the call that makes it again
+    # (core/engine.py). Either is one range; thousands was the issue's bug.
+    opened = [name for name in files.get("open", []) if name.startswith("storm_")]
+    assert len(opened) <= 2, opened
 
 
 @_PY311

@@ -36,6 +36,8 @@ from types import FrameType
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import mstx_marks
 from mstx_marks import configure, instant, mark, mstx_range, status
@@ -858,5 +860,87 @@ def test_an_end_interrupted_again_while_it_is_made_again_loses_no_exception(
         pass
     assert caught.value.args == (1,) and isinstance(caught.value.__context__, Timeout)
     assert caught.value.__context__.args == (2,)
+    # A chain, not a cycle: CPython gives the second the first for context, which, kept, made
+    # a loop over __context__ (the storm's, looking for its Timeouts) walk for ever.
+    assert caught.value.__context__.__context__ is None
     ended = [r for r in rec.records() if r.name == "interrupted"]
     assert len(ended) == 1 and ended[0].end_ns >= ended[0].start_ns
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    raises=st.lists(st.integers(0, 3), max_size=10),
+    context=st.integers(0, 2),
+)
+def test_the_interruptions_of_an_end_made_again_form_one_chain_that_ends(
+    raises: list[int], context: int
+) -> None:
+    """The recorder's end, interrupted at its clock read, then again at each try to make it
+    again, by fresh exceptions or by prebuilt ones raised more than once (0: a fresh one; 1, 2:
+    two prebuilt ones; 3: the first exception again), while the user's exception chain was
+    ``context`` long: what the user gets is the first exception, every distinct one hangs off
+    it once, in the order raised, the chain ends where the user's did, and it has no cycle
+    (a loop over ``__context__`` walked one for ever). The clock read raises here as a stand-in
+    for a signal handler there."""
+    from mstx_marks.backends import record
+
+    class Timeout(Exception):
+        pass
+
+    first = Timeout("first")
+    prebuilt = [Timeout("p1"), Timeout("p2")]
+    script: list[BaseException | None] = [first]
+    for k in raises:
+        script.append(Timeout("fresh") if k == 0 else first if k == 3 else prebuilt[k - 1])
+    script.append(None)  # the try after the last: made
+    script_items = list(script)
+    real = record.monotonic_ns
+
+    def clock() -> int:
+        if script:
+            exc = script.pop(0)
+            if exc is not None:
+                raise exc
+        return real()
+
+    rec = Recorder()
+    configure(backend=rec)
+    outer = [ValueError(f"user {i}") for i in range(context)]
+    for a, b in zip(outer, outer[1:]):
+        a.__context__ = b
+    got: BaseException | None = None
+
+    def step() -> None:
+        with mark("x"):
+            record.monotonic_ns = clock  # (the range's start has read the clock)
+
+    try:
+        if outer:
+            try:
+                raise outer[0]
+            except ValueError:
+                step()  # the user's exception is being handled
+        else:
+            step()
+    except Timeout as exc:
+        got = exc
+    finally:
+        record.monotonic_ns = real
+    assert got is first, got
+    chain: list[BaseException] = []
+    seen: set[int] = set()
+    link: BaseException | None = got
+    while link is not None:
+        assert id(link) not in seen, [repr(e) for e in chain]  # a cycle
+        seen.add(id(link))
+        chain.append(link)
+        link = link.__context__
+    tries = script_items[: 1 + 8][1:]  # the first interruption, then at most 8 tries
+    expected: list[BaseException] = [first]
+    for exc in tries:
+        if exc is not None and all(exc is not e for e in expected):
+            expected.append(exc)
+    assert [id(e) for e in chain] == [id(e) for e in expected + outer], [repr(e) for e in chain]
+    made = [r for r in rec.records() if r.kind == "range" and r.name == "x"]
+    ended = len(raises) < 8  # made on the try after the last interruption, if one is left
+    assert len(made) == 1 and made[0].open is not ended, made

@@ -70,28 +70,54 @@ def cut_short(end: EndFn, handle: Any, domain: str, exc: BaseException) -> None:
     """An end that raised ``exc``. The recorder's end cannot fail: an exception from it is the
     user's (Ctrl-C, a signal handler's timeout), and it arrived before the end's one store (its
     only interruption points, its entry and its clock read, come first), so the end is made
-    again, now, and the range does not stay open to the end of the run (again, if that is
-    interrupted too: every interruption reaches the user, chained as contexts). Another
+    again, now, and the range does not stay open to the end of the run; ``exc`` goes on. Another
     backend's own exception is a fault, contained; the user's goes on unchanged (a device's end
     is not made twice: it may have ended already, and a second end is no no-op there)."""
     if end.__class__ is _Method and end.__func__ is _RANGE_END:
-        # The end made again may be interrupted too (a timer that fires every 0.2 ms): made
-        # again until it is, a few times at most, and no interruption is lost: each one after
-        # the first hangs off the one before as its context, and the first goes on (raising
-        # the exception being handled keeps its context, which raising another would replace).
-        last = exc
-        for _ in range(_RETRIES):
-            try:
-                end(handle, domain)
-                break
-            except BaseException as again:
-                last.__context__ = again
-                last = again
-        raise exc
+        _end_again(end, handle, domain, exc)
+        raise exc  # the exception being handled: raised so, it keeps the context given below
     if isinstance(exc, Exception) and not users_own(exc):
         fault(end, exc)
         return
     raise exc
+
+
+def _end_again(end: EndFn, handle: Any, domain: str, exc: BaseException) -> None:
+    """Make the recorder's end that ``exc`` interrupted again. Each try may be interrupted too
+    (a timer that fires every 0.2 ms), a few times at most, and none of those is lost: they hang
+    off ``exc`` as a chain of contexts, in order, which ends where ``exc``'s own chain did.
+    CPython gives each one ``exc`` for context, as the exception being handled: kept, hanging
+    it off ``exc`` made a cycle, which a loop over ``__context__`` walked for ever."""
+    base = exc.__context__
+    later: list[BaseException] = []
+    for _ in range(_RETRIES):
+        try:
+            end(handle, domain)
+            break
+        except BaseException as again:
+            # Each once, and none that the chain holds already: a handler may raise one
+            # prebuilt exception every time.
+            new = again is not exc and all(e is not again for e in later)
+            if new and not _in_chain(base, again):
+                later.append(again)
+    # Linked from the far end: cut short anywhere here (the loop's edge), it is no cycle yet.
+    after = base
+    for each in reversed(later):
+        each.__context__ = after
+        after = each
+    exc.__context__ = after
+
+
+def _in_chain(start: BaseException | None, exc: BaseException) -> bool:
+    """Whether ``exc`` is ``start`` or in its chain of contexts (which a user may have made a
+    cycle by hand: each link is looked at once)."""
+    seen: set[int] = set()
+    while start is not None and id(start) not in seen:
+        if start is exc:
+            return True
+        seen.add(id(start))
+        start = start.__context__
+    return False
 
 
 def wrap_function(

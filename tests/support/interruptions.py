@@ -588,6 +588,12 @@ def read(folders: list[str]) -> dict[str, Any]:
             for e in events:
                 if e.get("ph") == "X":
                     chrome[e["name"]] = chrome.get(e["name"], 0) + 1
+                    # open: still running when the files were written, ended there
+                    kind = "open" if (e.get("args") or {}).get("open") else "ended"
+                    kept = entry.setdefault(f"{kind}_us", {})
+                    kept[e["name"]] = kept.get(e["name"], 0.0) + e["dur"]
+                    if kind == "open":
+                        entry.setdefault("open", []).append(e["name"])
         entry["chrome"] = chrome if list(Path(folder).glob("chrome/*.trace.json")) else None
         spill: dict[str, int] = {}
         for path in Path(folder).glob("spill/*.jsonl"):
@@ -659,7 +665,7 @@ def itimer(folder: Path, seconds: float) -> dict[str, Any]:
     signal.setitimer(signal.ITIMER_REAL, 0.0002, 0.0002)
     began = time.monotonic()
     deadline = began + seconds
-    i = completed = 0
+    i = completed = cycles = 0
     try:
         while time.monotonic() < deadline:
             i += 1
@@ -670,7 +676,12 @@ def itimer(folder: Path, seconds: float) -> dict[str, Any]:
                 completed += 1
             except Timeout as exc:
                 seen: BaseException | None = exc
+                chain: set[int] = set()
                 while seen is not None:  # one raised while the library handled another
+                    if id(seen) in chain:
+                        cycles += 1  # a loop over __context__ would walk it for ever
+                        break
+                    chain.add(id(seen))
                     if isinstance(seen, Timeout):
                         reached.add(id(seen))
                     seen = seen.__context__
@@ -688,7 +699,8 @@ def itimer(folder: Path, seconds: float) -> dict[str, Any]:
         if id(timeout) not in reached:
             lost[where] = lost.get(where, 0) + 1
     return {"raised": len(raised), "reached": len(reached), "loops": i, "completed": completed,
-            "swallowed_at": lost, "elapsed_ns": elapsed_ns, "faults": faults}  # fmt: skip
+            "swallowed_at": lost, "elapsed_ns": elapsed_ns, "faults": faults,
+            "cycles": cycles}  # fmt: skip
 
 
 def recursion(folder: Path, offsets: int) -> dict[str, Any]:
