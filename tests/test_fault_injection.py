@@ -231,6 +231,37 @@ _SIGNALS_WHILE_RECORDING = textwrap.dedent(
 )
 
 
+@pytest.mark.parametrize("made", ["new", "cleared"])
+def test_a_handler_that_records_during_the_first_chunks_allocation_needs_no_chunk_of_its_own(
+    monkeypatch: pytest.MonkeyPatch, made: str
+) -> None:
+    """A signal handler that records, run as the recorder allocates chunk memory (right after
+    one of the allocation's calls returns, where CPython runs handlers), finds its chunk there:
+    the first range's grow takes a chunk made ahead, in a new recorder and in a cleared one.
+    Without it each handler grew the same chunk, was interrupted by the next signal, and so
+    on: a 0.5 ms timer on CI's loaded machine nested to the recursion limit. (A stand-in for
+    the signal: the allocation calls the handler's range itself.)"""
+    from mstx_marks.backends import record
+
+    rec = record.Recorder()
+    if made == "cleared":
+        rec.range_end(rec.range_start("before", "d"), "d")
+        rec.clear()
+    real = record._new_chunk
+    nested: list[int] = []
+
+    def allocating() -> Any:
+        nested.append(1)
+        if len(nested) < 50:  # a handler per allocation, as a timer faster than it would be
+            rec.range_end(rec.range_start(f"in_handler_{len(nested)}", "d"), "d")
+        return real()
+
+    monkeypatch.setattr(record, "_new_chunk", allocating)
+    rec.range_end(rec.range_start("main", "d"), "d")
+    assert len(nested) == 1, len(nested)  # one allocation (the next spare), one handler
+    assert sorted(r.name for r in rec.records()) == ["in_handler_1", "main"]
+
+
 @pytest.mark.skipif(not hasattr(__import__("signal"), "setitimer"), reason="needs setitimer")
 def test_signal_handlers_that_record_never_deadlock_the_recording_main_thread() -> None:
     proc = subprocess.run(

@@ -230,6 +230,12 @@ class Recorder(Backend):
         after_fork_in_child(self.clear)  # held weakly: a dropped recorder is freed
 
     def _reset(self) -> None:
+        # The next chunk's columns, made ahead (_grow); here too, kept across a clear, so that
+        # the first range's grow allocates nothing: a signal handler that records, landing in
+        # that allocation, needed the same chunk, made its own, was interrupted in turn by the
+        # next signal, and so on to the recursion limit (a 0.5 ms timer, CI's loaded machine).
+        # Made first: a clear cut short here has reset nothing.
+        spare = getattr(self, "_spare", None) or _new_chunk()
         # Ids of this recording start past every id handed out before, whose ends are ignored.
         if hasattr(self, "_next"):
             self._base += self._issued()
@@ -244,7 +250,7 @@ class Recorder(Backend):
         self._args: dict[int, Mapping[str, Any]] = {}
         self._starts: list[array[int]] = []
         self._chunks = 0  # len(self._starts), kept where no call is needed to read it (_grow)
-        self._spare: _Chunk | None = None  # the next chunk's columns, made ahead (_grow)
+        self._spare: _Chunk | None = spare
         self._ends: list[array[int]] = []
         self._keys: list[array[int]] = []
         self._tids: list[array[int]] = []
@@ -347,7 +353,7 @@ class Recorder(Backend):
                 void = self._limit > self.capacity and self._live() >= self._max_chunks()
                 columns = (_VOID,), (_VOID,), (_VOID,), (_VOID,)
                 if not void:
-                    # The spare made at the last grow: no allocation here, where a signal
+                    # The spare made ahead (see _reset): no allocation here, where a signal
                     # handler needing this chunk too would make its own, be interrupted by the
                     # next signal, and so on (handlers every 0.5 ms nested to the recursion
                     # limit on a loaded machine).
