@@ -1199,6 +1199,10 @@ def test_a_timer_handler_raising_inside_library_frames_for_seconds_loses_no_late
     # (core/engine.py). Either is one range; thousands was the bug.
     opened = [name for name in files.get("open", []) if name.startswith("storm_")]
     assert len(opened) <= 2, opened
+    # summary --json counts the same time: the ended ranges and the open ones to the write
+    open_us = sum(us for name, us in files.get("open_us", {}).items() if name.startswith("storm_"))
+    storm_ns = sum(n for name, n in files["total_ns"].items() if name.startswith("storm_"))
+    assert abs(storm_ns - (ended_us + open_us) * 1000) <= storms, (storm_ns, ended_us, open_us)
 
 
 @_PY311
